@@ -1,0 +1,1 @@
+"""upgate-admin: the operator CLI (accounts, keys, catalog, usage)."""

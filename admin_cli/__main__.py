@@ -1,0 +1,3 @@
+from admin_cli.main import main
+
+main()

@@ -1,0 +1,45 @@
+"""upgate: an OpenAI-compatible LLM gateway with prepaid toman wallets."""
+import re
+from pathlib import Path
+
+from setuptools import setup
+
+VERSION = re.search(r'__version__ = "([^"]+)"', Path("upgate/__init__.py").read_text()).group(1)
+
+setup(
+    name="upgate",
+    version=VERSION,
+    description="OpenAI-compatible LLM gateway with prepaid toman wallets and atomic Redis holds",
+    long_description=Path("README.md").read_text(encoding="utf-8"),
+    long_description_content_type="text/markdown",
+    python_requires=">=3.11",
+    # lua/ lives at the top level (readable as Redis scripts) but ships inside the package
+    # as upgate.lua, so a non-editable install carries every file the code opens.
+    packages=["upgate", "upgate.handlers", "upgate.upstream", "upgate.lua", "admin_cli"],
+    package_dir={"upgate.lua": "lua"},
+    package_data={"upgate.lua": ["*.lua"], "upgate": ["demo/*.toml"]},
+    install_requires=[
+        "tornado>=6.4",
+        "pycurl>=7.45",
+        "redis[hiredis]>=5.0",
+        "click>=8.1",
+        "rich>=13",
+        "jdatetime>=5",
+        "tzdata",  # Asia/Tehran where the OS has no zoneinfo
+        "orjson>=3.9",
+        "fakeredis>=2.23",
+        "lupa>=2.0",
+        "prometheus-client>=0.20",
+        "uvloop>=0.19; sys_platform != 'win32'",
+    ],
+    extras_require={
+        "test": ["pytest>=8", "pytest-timeout>=2.3", "hypothesis>=6.100", "openai>=1.40"],
+        "bench": ["openai>=1.40"],
+    },
+    entry_points={
+        "console_scripts": [
+            "upgate=upgate.cli:main",
+            "upgate-admin=admin_cli.main:main",
+        ]
+    },
+)

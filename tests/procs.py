@@ -1,0 +1,151 @@
+"""Private processes for tests: redis-server, a local Redis Cluster, gateway subprocesses.
+
+Nothing here touches the machine's shared Redis on 6379: every server gets a free port and a
+temporary directory, and is killed at the end.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+import redis
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def free_cluster_port() -> int:
+    """A port whose cluster bus port (+10000) is free too, so both fit below 65536."""
+    import random
+
+    for _ in range(200):
+        port = random.randint(20000, 30000)
+        try:
+            for p in (port, port + 10000):
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", p))
+            return port
+        except OSError:
+            continue
+    raise RuntimeError("no free port pair for a cluster node")
+
+
+def wait_port(port: int, timeout: float = 15.0, proc: subprocess.Popen | None = None) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"process exited with {proc.returncode} before listening on {port}")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise TimeoutError(f"nothing listening on 127.0.0.1:{port}")
+
+
+class RedisServer:
+    """One redis-server on a free loopback port, no persistence."""
+
+    def __init__(self, port: int | None = None, extra: list[str] | None = None):
+        self.port = port or free_port()
+        self.dir = tempfile.mkdtemp(prefix="upgate-redis-")
+        self.extra = extra or []
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> "RedisServer":
+        exe = shutil.which("redis-server")
+        if not exe:
+            raise RuntimeError("redis-server is not on PATH (.ci/run installs it)")
+        self.proc = subprocess.Popen(
+            [exe, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+             "--appendonly", "no", "--dir", self.dir, *self.extra],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                redis.Redis(port=self.port).ping()
+                return self
+            except redis.ConnectionError:
+                if time.monotonic() > deadline or self.proc.poll() is not None:
+                    raise RuntimeError(f"redis-server did not start on {self.port}")
+                time.sleep(0.05)
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(5)
+        self.proc = None
+
+    def close(self) -> None:
+        self.stop()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class RedisCluster:
+    """Three masters on loopback, joined with `redis-cli --cluster create`."""
+
+    def __init__(self):
+        self.nodes = [RedisServer(port=free_cluster_port(), extra=["--cluster-enabled", "yes", "--cluster-node-timeout", "2000",
+                                         "--cluster-config-file", "nodes.conf"]) for _ in range(3)]
+
+    @property
+    def url(self) -> str:
+        return f"redis+cluster://127.0.0.1:{self.nodes[0].port}"
+
+    def start(self) -> "RedisCluster":
+        for n in self.nodes:
+            n.start()
+        subprocess.run(
+            ["redis-cli", "--cluster", "create", *[f"127.0.0.1:{n.port}" for n in self.nodes],
+             "--cluster-replicas", "0", "--cluster-yes"],
+            check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=30,
+        )
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            if all(redis.Redis(port=n.port).cluster("info").get("cluster_state") == "ok"
+                   for n in self.nodes):
+                return self
+            time.sleep(0.1)
+        raise RuntimeError("local Redis Cluster did not reach cluster_state:ok")
+
+    def flush(self) -> None:
+        for n in self.nodes:
+            redis.Redis(port=n.port).flushall()
+
+    def close(self) -> None:
+        for n in self.nodes:
+            n.close()
+
+
+def spawn(args: list[str], env: dict | None = None, **kw) -> subprocess.Popen:
+    """Start `python -m ...`/console scripts with the current interpreter's environment."""
+    full_env = {**os.environ, **(env or {})}
+    return subprocess.Popen(args, env=full_env, **kw)
+
+
+def stop(proc: subprocess.Popen, sig=signal.SIGTERM, timeout: float = 10.0) -> int:
+    if proc.poll() is None:
+        proc.send_signal(sig)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+    return proc.returncode
+
+
+PYTHON = sys.executable

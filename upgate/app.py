@@ -1,0 +1,38 @@
+"""The route table: the map of the service. `make_app(ctx)` is what `serve`, `demo` and tests call."""
+from __future__ import annotations
+
+import tornado.web
+
+from upgate.handlers.base import NotFoundHandler, ResponsesHandler
+from upgate.handlers.health import HealthHandler, MetricsHandler
+from upgate.handlers.me import MeHandler
+from upgate.handlers.models import ModelHandler, ModelsHandler
+from upgate.handlers.proxy import ChatHandler, CompletionsHandler, EmbeddingsHandler
+from upgate.handlers.usage import UsageHandler
+
+_GONE = r"/v1/(?:files|fine_tuning|assistants|batches|audio|images)(?:/.*)?"
+
+
+def make_app(ctx, **settings) -> tornado.web.Application:
+    d = {"ctx": ctx}
+    routes = [
+        (r"/healthz", HealthHandler, d),
+        (r"/metrics", MetricsHandler, d),
+        (r"/v1/chat/completions", ChatHandler, d),
+        (r"/v1/embeddings", EmbeddingsHandler, d),
+        (r"/v1/completions", CompletionsHandler, d),
+        (r"/v1/models", ModelsHandler, d),
+        (r"/v1/models/(.+)", ModelHandler, d),
+        (r"/v1/svc/me", MeHandler, d),
+        (r"/v1/svc/usage", UsageHandler, d),
+        (r"/v1/responses(?:/.*)?", ResponsesHandler, d),
+        (_GONE, NotFoundHandler, d),
+    ]
+    return tornado.web.Application(
+        routes,
+        default_handler_class=NotFoundHandler,
+        default_handler_args=d,
+        compress_response=False,  # streams must reach the client chunk by chunk
+        log_function=lambda handler: None,  # the access log is ours (one JSON line, no content)
+        **settings,
+    )

@@ -1,0 +1,129 @@
+"""Everything a gateway node shares between requests, built once at start-up.
+
+Handlers receive it through the route table. It owns the background tasks every node runs:
+the pub/sub subscriber (cache invalidation, catalog swaps, cool-downs) and the reaper.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+import orjson
+import redis.exceptions
+
+from upgate import keyspace, store
+from upgate.auth import Auth
+from upgate.catalog import Catalog
+from upgate.ledger import Ledger
+from upgate.settings import Settings
+from upgate.upstream.client import UpstreamClient
+
+log = logging.getLogger("upgate")
+
+
+class Context:
+    def __init__(self, settings: Settings, providers: dict, client=None):
+        self.settings = settings
+        self.providers = providers
+        self.redis = client if client is not None else store.connect_async(settings.redis_url)
+        self.auth = Auth(self.redis, settings.key_pepper)
+        self.catalog = Catalog(self.redis)
+        self.ledger = Ledger(self.redis, settings)
+        self.upstream = UpstreamClient(silence_s=settings.upstream_silence_s)
+        self.metrics = None  # set by upgate.metrics when enabled
+        self.subscribed = asyncio.Event()
+        self.redis_ok = True
+        self.draining = False
+        self.inflight: dict = {}  # hold id → live proxy handler (leases, keep-alives, shutdown)
+        self._tasks: list[asyncio.Task] = []
+
+    async def start(self) -> None:
+        try:
+            await self.catalog.reload()
+        except redis.exceptions.RedisError as e:
+            self.redis_ok = False
+            log.warning("store unreachable at start-up (%s); serving 503 until it answers", type(e).__name__)
+        self._tasks = [
+            asyncio.create_task(self._subscribe(), name="upgate-events"),
+            asyncio.create_task(self.ledger.run_reaper(self.settings.reap_s), name="upgate-reaper"),
+            asyncio.create_task(self.catalog.poll(30.0), name="upgate-catalog-poll"),
+            asyncio.create_task(self._sweep(), name="upgate-sweeper"),
+        ]
+
+    async def stop(self) -> None:
+        for t in self._tasks:
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks = []
+
+    async def _sweep(self) -> None:
+        """One timer for the whole node: renew the leases of long requests (one script call
+        per account) and send SSE keep-alives on quiet streams. Per-request timers would cost
+        far more than this loop."""
+        s = self.settings
+        tick = min(s.renew_s, s.keepalive_s / 3)
+        while True:
+            await asyncio.sleep(tick)
+            now = time.monotonic()
+            due: dict[str, list[str]] = {}
+            for hold_id, h in list(self.inflight.items()):
+                if now - h.started >= s.renew_s:
+                    due.setdefault(h.key.account_id, []).append(hold_id)
+                if h.stream and now - getattr(h, "last_write", h.started) >= s.keepalive_s:
+                    h.ping()
+            for account_id, hold_ids in due.items():
+                try:
+                    await self.ledger.renew(account_id, hold_ids)
+                except redis.exceptions.RedisError as e:
+                    log.warning("lease renewal failed (%s); the reaper is the backstop", type(e).__name__)
+
+    def _dispatch(self, data: bytes) -> None:
+        try:
+            msg = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            return
+        if not isinstance(msg, dict):
+            return
+        self.auth.on_event(msg)
+        self.catalog.on_event(msg)
+        self.ledger.on_event(msg)
+
+    async def _resync(self) -> None:
+        """After a (re)subscription anything may have been missed: drop and reload it all."""
+        self.auth.flush()
+        await self.catalog.reload()
+        await self.ledger.reload_cooldowns()
+
+    async def _subscribe(self) -> None:
+        backoff = 0.1
+        while True:
+            pubsub = store.pubsub_async(self.redis)
+            try:
+                await pubsub.subscribe(keyspace.CHANNEL)
+                await self._resync()
+                self.redis_ok = True
+                self.subscribed.set()
+                backoff = 0.1
+                while True:
+                    msg = await pubsub.get_message(ignore_subscribe_messages=True, timeout=5.0)
+                    if msg is not None and msg.get("type") == "message":
+                        self._dispatch(msg["data"])
+            except asyncio.CancelledError:
+                await _close(pubsub)
+                raise
+            except (redis.exceptions.RedisError, OSError) as e:
+                self.redis_ok = False
+                self.subscribed.clear()
+                self.auth.flush()
+                log.warning("event subscription lost (%s); retrying", type(e).__name__)
+                await _close(pubsub)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 2.0)
+
+
+async def _close(pubsub) -> None:
+    try:
+        await pubsub.aclose()
+    except Exception:  # the connection is already gone; nothing to clean
+        pass

@@ -1,0 +1,117 @@
+"""The shared base for every route: request id, JSON errors in the spec's shape, rate headers.
+
+Every error flows through ``write_error``: a handler raises ``GatewayError`` (or a Tornado
+``HTTPError``) and the client gets ``{"error": {...}}`` with X-Svc-Request-Id, the
+X-RateLimit-* values when a key was seen, Retry-After and ``x-should-retry`` as the catalogue says.
+"""
+from __future__ import annotations
+
+import logging
+import os
+
+import orjson
+import redis.exceptions
+import tornado.web
+
+from upgate.errors import GatewayError
+
+log = logging.getLogger("upgate")
+
+_HTTP_CODES = {404: "not_found", 405: "invalid_request", 413: "request_too_large"}
+
+
+def new_request_id() -> str:
+    return "req_" + os.urandom(12).hex()
+
+
+class BaseHandler(tornado.web.RequestHandler):
+    """Dependencies arrive through ``initialize(ctx=...)`` from the route table, never globals."""
+
+    rate = None  # ledger.RateInfo once a key's window was read; headers on every response
+    error: GatewayError | None = None  # what the access log reports
+
+    def initialize(self, ctx) -> None:
+        self.ctx = ctx
+
+    def set_default_headers(self) -> None:
+        # Runs on construction and again after clear() on errors: the id must survive both.
+        rid = self.__dict__.get("request_id")
+        if rid is None:
+            rid = self.request_id = new_request_id()
+        self.set_header("X-Svc-Request-Id", rid)
+        self.set_header("Content-Type", "application/json")
+        self._apply_rate()
+
+    def _apply_rate(self) -> None:
+        rate = self.rate
+        if rate is not None:
+            self.set_header("X-RateLimit-Limit", rate.limit)
+            self.set_header("X-RateLimit-Remaining", rate.remaining)
+            self.set_header("X-RateLimit-Reset", rate.reset_s)
+
+    def set_rate(self, rate) -> None:
+        self.rate = rate
+        self._apply_rate()
+
+    def write_json(self, obj, status: int = 200) -> None:
+        self.set_status(status)
+        self.finish(orjson.dumps(obj))
+
+    def write_error(self, status_code: int, **kwargs) -> None:
+        exc = kwargs.get("exc_info", (None, None, None))[1]
+        if isinstance(exc, GatewayError):
+            err = exc
+        elif isinstance(exc, (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError,
+                              redis.exceptions.ClusterDownError)):
+            # never serve a billable request unbilled: the store must answer first
+            self.ctx.redis_ok = False
+            err = GatewayError("service_unavailable")
+        elif isinstance(exc, tornado.web.HTTPError) and exc.status_code in _HTTP_CODES:
+            err = GatewayError(_HTTP_CODES[exc.status_code], exc.log_message or None, status=exc.status_code)
+        else:
+            err = GatewayError("internal_error", status=status_code if status_code >= 500 else 500)
+        self.error = err
+        self.set_status(err.status)
+        self._apply_rate()
+        for name, value in err.headers().items():
+            self.set_header(name, value)
+        self.finish(orjson.dumps(err.body()))
+
+    def send_gateway_error(self, err: GatewayError) -> None:
+        """Render `err` from a place where raising would not reach write_error."""
+        self.send_error(err.status, exc_info=(type(err), err, None))
+
+    def log_exception(self, typ, value, tb) -> None:
+        # Expected errors are one warning line at most; only the unexpected get a traceback.
+        if isinstance(value, GatewayError):
+            return
+        if isinstance(value, tornado.web.HTTPError):
+            return
+        if isinstance(value, redis.exceptions.RedisError):
+            log.warning("store error in %s (request %s): %s", self.request.path, self.request_id,
+                        type(value).__name__)
+            return
+        log.error("unexpected error in %s %s (request %s)", self.request.method,
+                  self.request.path, self.request_id, exc_info=(typ, value, tb))
+
+    def on_finish(self) -> None:
+        hook = getattr(self.ctx, "on_request_finished", None)
+        if hook is not None:
+            hook(self)
+
+
+class NotFoundHandler(BaseHandler):
+    """Every route the spec does not define, under any method: 404 not_found."""
+
+    SUPPORTED_METHODS = ("GET", "HEAD", "POST", "DELETE", "PATCH", "PUT", "OPTIONS")
+
+    def prepare(self) -> None:
+        raise GatewayError("not_found", f"Unknown route: {self.request.method} {self.request.path}")
+
+
+class ResponsesHandler(NotFoundHandler):
+    def prepare(self) -> None:
+        raise GatewayError(
+            "not_found",
+            "POST /v1/responses is not enabled yet. Use POST /v1/chat/completions instead.",
+        )

@@ -1,0 +1,412 @@
+"""POST /v1/chat/completions, /v1/completions, /v1/embeddings: validate, admit, forward, settle.
+
+No response means no charge: errors before admit place no hold; a provider error releases the
+hold; a cut stream settles only what was relayed. Billing happens before the response's last
+byte, so a client that reads /v1/svc/me right after sees the charge.
+"""
+from __future__ import annotations
+
+import math
+import time
+
+import orjson
+import tornado.iostream
+import tornado.web
+
+from upgate import money, sizing
+from upgate.catalog import check_allowed
+from upgate.errors import GatewayError
+from upgate.handlers.base import BaseHandler
+from upgate.ledger import Rejected
+from upgate.requests import parse_json, validate, wants_web_search
+from upgate.upstream import sse
+from upgate.upstream.client import UpstreamCut, UpstreamTimeout, UpstreamUnreachable
+from upgate.upstream.dialects import prepare_body
+from upgate.upstream.errors import map_error
+
+_NO_FALLBACK = {"invalid_request"}  # the next model would refuse the same body
+_RATE_CODES = {"upstream_rate_limited", "free_capacity_exhausted"}
+
+
+class _Failed(Exception):
+    """This candidate failed before anything reached the client: try the next one."""
+
+    def __init__(self, err: GatewayError, strike: bool = False):
+        self.err, self.strike = err, strike
+
+
+@tornado.web.stream_request_body
+class ProxyHandler(BaseHandler):
+    ROUTE = "chat"  # validation rules
+    PATH = "chat/completions"  # appended to the provider's base URL
+    CAPABILITY = "chat"
+
+    # ---- body intake: count bytes as they arrive, refuse past the limit without reading on
+    def prepare(self) -> None:
+        self._chunks: list[bytes] | None = []
+        self._size = 0
+        self._call = None
+        self._gone = False  # the client went away
+        self._aborted = False  # shutdown cut this request
+        self._sse_open = False
+        self._billed = True  # nothing to settle until a hold exists
+        self.hold = None
+        self.key = None
+        self.answered = None
+        self.cost_micro = 0
+        self.upstream_ms = 0.0
+        self.stream = False
+        self.started = time.monotonic()
+        limit = self.ctx.settings.max_body_bytes
+        length = self.request.headers.get("Content-Length")
+        if length is not None:
+            if not length.isdigit():
+                raise GatewayError("invalid_request", "Content-Length is malformed.")
+            if int(length) > limit:
+                raise GatewayError("request_too_large")
+        self.request.connection.set_max_body_size(limit + 1)
+
+    def data_received(self, chunk: bytes) -> None:
+        if self._chunks is None:
+            return
+        self._size += len(chunk)
+        if self._size > self.ctx.settings.max_body_bytes:
+            self._chunks = None
+            self.send_gateway_error(GatewayError("request_too_large"))
+            return
+        self._chunks.append(chunk)
+
+    # ---- the request
+    async def post(self) -> None:
+        if self._finished or self._chunks is None:
+            return
+        ctx = self.ctx
+        key, _account = await ctx.auth.authenticate(self.request.headers)
+        self.key = key
+        try:
+            req = validate(parse_json(b"".join(self._chunks)), self.ROUTE)
+            self._chunks = None
+            models = [ctx.catalog.resolve(m) for m in req.model_ids]
+            for m in models:
+                if self.CAPABILITY not in m.capabilities:
+                    raise GatewayError("invalid_request", f"Model {m.id} does not support {self.PATH}.")
+            check_allowed(key.allowed_models, req.model_ids)
+            self._check_cold(models)
+        except GatewayError:
+            self.set_rate(await ctx.ledger.rate_peek(key.account_id, key.key_id))
+            raise
+        self.stream = req.stream
+        free = all(m.free for m in models)
+        hold_micro = 0 if free else sizing.hold_micro(req.body, models)
+        alternative = None
+        if free and (alt := ctx.catalog.alternative_for(models[0])) is not None:
+            alternative = {
+                "alternative_model": alt.id,
+                "alternative_model_price_toman_per_million":
+                    money.fmt(money.parse_toman(alt.completion_toman_per_million)),
+            }
+        try:
+            self.hold = await ctx.ledger.admit(
+                account_id=key.account_id, key_id=key.key_id, model=models[0].id,
+                hold_micro=hold_micro, stream=req.stream, free=free, alternative=alternative)
+        except Rejected as e:
+            if e.rate is not None:
+                self.set_rate(e.rate)
+            raise
+        self.set_rate(self.hold.rate)
+        self._billed = False
+        self.free = free
+        ctx.inflight[self.hold.hold_id] = self
+        try:
+            await self._forward(req, models)
+        finally:
+            ctx.inflight.pop(self.hold.hold_id, None)
+            if not self._billed:  # an unexpected error: never leave a hold behind
+                await self._release()
+
+    def _check_cold(self, models) -> None:
+        waits = [self.ctx.ledger.cold_until(m.id) for m in models]
+        if all(w for w in waits):
+            raise GatewayError("upstream_rate_limited", "This model is cooling down after repeated "
+                               "provider rate limits.", retry_after=max(1, math.ceil(min(waits))))
+
+    async def _forward(self, req, models) -> None:
+        ctx = self.ctx
+        last = GatewayError("upstream_unavailable")
+        strikes: list[str] = []  # models the provider rate-limited: one cool-down strike each
+        for model in models:
+            if ctx.ledger.cold_until(model.id):
+                continue
+            try:
+                await self._try(req, model)
+                break
+            except _Failed as f:
+                last = f.err
+                if f.strike:
+                    strikes.append(model.id)
+                if f.err.code in _NO_FALLBACK or self._gone:
+                    break
+        if self._billed:  # a candidate answered and was settled
+            for m in strikes:
+                await ctx.ledger.cooldown_strike(m)
+            return
+        # every candidate failed before the client saw any content: nothing is charged, and a
+        # `:free` request the provider never served goes back to the quota
+        final = strikes.pop() if strikes else None
+        for m in strikes:
+            await ctx.ledger.cooldown_strike(m)
+        await self._release(credit_free=True, strike=final)
+        if self._gone:
+            return
+        if self._sse_open:
+            self._finish_sse_error(last, models[0].id)
+            return
+        raise last
+
+    async def _try(self, req, model) -> None:
+        ctx = self.ctx
+        provider = ctx.providers.get(model.provider)
+        if provider is None or not provider.available:
+            raise _Failed(GatewayError("upstream_unavailable"))
+        payload = prepare_body(req.body, provider.dialect, model.upstream_model, req.stream)
+        call = self._call = ctx.upstream.open(provider.url(self.PATH), payload, provider.headers())
+        t0 = time.monotonic()
+        try:
+            await call.start()
+        except UpstreamUnreachable:
+            raise _Failed(GatewayError("upstream_unavailable")) from None
+        except UpstreamTimeout:
+            raise _Failed(GatewayError("upstream_timeout")) from None
+        except UpstreamCut:
+            raise _Failed(GatewayError("upstream_error")) from None
+        if call.status != 200:
+            try:
+                raw = await call.body()
+            except (UpstreamCut, UpstreamTimeout):
+                raw = b""
+            status, code, message = map_error(call.status, raw, provider, model.free)
+            raise _Failed(GatewayError(code, message, status=status), strike=code in _RATE_CODES)
+        self.answered = model
+        if req.stream:
+            await self._relay_stream(call, model, req.body, t0)
+        else:
+            await self._relay_json(call, model, req.body, t0)
+
+    # ---- non-streaming: one JSON body
+    async def _relay_json(self, call, model, body, t0) -> None:
+        try:
+            raw = await call.body()
+            obj = orjson.loads(raw)
+            if not isinstance(obj, dict):
+                raise ValueError("not an object")
+        except (UpstreamCut, UpstreamTimeout):
+            raise _Failed(GatewayError("upstream_error", "The provider's response was cut off.")) from None
+        except ValueError:  # orjson.JSONDecodeError included
+            raise _Failed(GatewayError("upstream_error", "The provider returned a malformed response.")) from None
+        self.upstream_ms = (time.monotonic() - t0) * 1000
+        if isinstance(obj.get("error"), dict):  # some providers answer 200 with an error body
+            raise _Failed(GatewayError("upstream_error", _error_message(obj["error"])))
+        usage = obj.get("usage") if isinstance(obj.get("usage"), dict) else {}
+        prompt = _int(usage.get("prompt_tokens"), sizing.prompt_tokens(body))
+        completion = _int(usage.get("completion_tokens"), _tokens(_chars_json(obj)))
+        await self._settle(model, body, prompt, completion)
+        obj["model"] = model.id
+        obj.setdefault("provider", model.provider)
+        self._add_meta(obj, model)
+        self.finish(orjson.dumps(obj))
+
+    # ---- streaming: relay each event as it arrives
+    def _open_sse(self) -> None:
+        if self._sse_open:
+            return
+        self._sse_open = True
+        self.set_header("Content-Type", "text/event-stream")
+        self.set_header("Cache-Control", "no-cache")
+        self.set_header("X-Accel-Buffering", "no")
+        self.last_write = time.monotonic()
+
+    def ping(self) -> None:
+        """Keep a buffering proxy from closing a quiet stream (called by the node's sweeper)."""
+        if self._finished or self._gone or not self.stream:
+            return
+        self._open_sse()
+        self.write(sse.KEEPALIVE)
+        self.flush()
+        self.last_write = time.monotonic()
+
+    async def _relay_stream(self, call, model, body, t0) -> None:
+        self._open_sse()
+        self.flush()
+        parser = sse.SSEParser()
+        chars = 0
+        usage = None
+        done = False
+        try:
+            while not done:
+                data = await call.read()
+                if data is None:
+                    break
+                for payload in parser.feed(data):
+                    if payload == b"[DONE]":
+                        done = True
+                        break
+                    try:
+                        obj = orjson.loads(payload)
+                    except orjson.JSONDecodeError:
+                        raise UpstreamCut("malformed event") from None
+                    if not isinstance(obj, dict):
+                        continue
+                    if isinstance(obj.get("error"), dict):
+                        raise UpstreamCut(_error_message(obj["error"]))
+                    chars += _chars_chunk(obj)
+                    if isinstance(obj.get("usage"), dict):
+                        usage = obj["usage"]
+                        prompt = _int(usage.get("prompt_tokens"), sizing.prompt_tokens(body))
+                        completion = _int(usage.get("completion_tokens"), _tokens(chars))
+                        await self._settle(model, body, prompt, completion)
+                        self._add_meta(obj, model)
+                    obj["model"] = model.id
+                    obj.setdefault("provider", model.provider)
+                    self.write(sse.event(orjson.dumps(obj)))
+                if not self._gone:
+                    self.last_write = time.monotonic()
+                    await self.flush()
+        except (UpstreamCut, UpstreamTimeout) as e:
+            await self._cut(model, body, chars, str(e) or None)
+            return
+        except tornado.iostream.StreamClosedError:
+            self._gone = True
+        self.upstream_ms = (time.monotonic() - t0) * 1000
+        if self._gone or not done and not self._billed:
+            # the client left, or the provider ended without [DONE]: bill what was relayed
+            await self._cut(model, body, chars, None)
+            return
+        if not self._billed:  # the provider sent no usage: estimate from what was relayed
+            await self._settle(model, body, sizing.prompt_tokens(body), _tokens(chars))
+        self.finish(sse.DONE)
+
+    async def _cut(self, model, body, chars: int, reason: str | None) -> None:
+        """Mid-stream failure, client disconnect or shutdown: settle what was consumed."""
+        if not self._billed:
+            if chars:
+                await self._settle(model, body, sizing.prompt_tokens(body), _tokens(chars))
+            else:
+                await self._release(credit_free=True)
+        if self._gone or self._finished:
+            return
+        message = "The stream was cut by the gateway's shutdown." if self._aborted else \
+            "The provider's stream failed part-way."
+        self._finish_sse_error(GatewayError("upstream_error", message), model.id)
+
+    def _finish_sse_error(self, err: GatewayError, model_id: str) -> None:
+        """One last chunk-shaped event with an `error` object: the openai client raises on it."""
+        chunk = {
+            "id": "gen-" + self.request_id, "object": "chat.completion.chunk",
+            "created": int(time.time()), "model": model_id,
+            "choices": [{"index": 0, "delta": {}, "finish_reason": "error"}],
+            "error": err.body()["error"],
+        }
+        self.error = err
+        try:
+            self.finish(sse.event(orjson.dumps(chunk)))
+        except tornado.iostream.StreamClosedError:
+            self._gone = True
+
+    # ---- billing
+    async def _settle(self, model, body, prompt: int, completion: int) -> None:
+        if self._billed:
+            return
+        self._billed = True
+        self.cost_micro = sizing.cost_micro(model, prompt, completion, wants_web_search(body, model.id))
+        self.prompt_tokens, self.completion_tokens = prompt, completion
+        await self.ctx.ledger.settle(
+            self.key.account_id, self.hold.hold_id, key_id=self.key.key_id, model=model.id,
+            cost_micro=self.cost_micro, prompt_tokens=prompt, completion_tokens=completion,
+            cooldown_reset=model.id)
+
+    async def _release(self, credit_free: bool = False, strike: str | None = None) -> None:
+        if self._billed:
+            return
+        self._billed = True
+        await self.ctx.ledger.release(self.key.account_id, self.hold.hold_id,
+                                      credit_free=credit_free and self.free, strike=strike)
+
+    def _add_meta(self, obj: dict, model) -> None:
+        if self.request.headers.get("X-Svc-Include-Meta") == "1":
+            obj["svc"] = {
+                "request_id": self.request_id, "cost_toman": money.fmt(self.cost_micro),
+                "hold_toman": money.fmt(self.hold.hold_micro), "model": model.id,
+            }
+
+    # ---- lifecycle
+    def on_connection_close(self) -> None:
+        self._gone = True
+        if self._call is not None:
+            self._call.cancel()
+
+    def abort(self) -> None:
+        """Graceful shutdown's grace period is over: cut this request, settling what was relayed."""
+        self._aborted = True
+        if self._call is not None:
+            self._call.cancel()
+
+
+class ChatHandler(ProxyHandler):
+    pass
+
+
+class CompletionsHandler(ProxyHandler):
+    ROUTE, PATH, CAPABILITY = "completions", "completions", "completions"
+
+
+class EmbeddingsHandler(ProxyHandler):
+    ROUTE, PATH, CAPABILITY = "embeddings", "embeddings", "embeddings"
+
+
+# ---- small pure helpers
+def _int(value, default: int) -> int:
+    return value if type(value) is int and value >= 0 else default
+
+
+def _tokens(chars: int) -> int:
+    """Estimate tokens from relayed characters (about four characters a token)."""
+    return (chars + 3) // 4
+
+
+def _error_message(err: dict) -> str:
+    msg = err.get("message")
+    return msg if isinstance(msg, str) else "The provider returned an error."
+
+
+def _chars_chunk(obj: dict) -> int:
+    n = 0
+    for choice in obj.get("choices") or ():
+        if not isinstance(choice, dict):
+            continue
+        delta = choice.get("delta")
+        if isinstance(delta, dict):
+            for field in ("content", "reasoning", "refusal"):
+                v = delta.get(field)
+                if isinstance(v, str):
+                    n += len(v)
+            for call in delta.get("tool_calls") or ():
+                fn = call.get("function") if isinstance(call, dict) else None
+                if isinstance(fn, dict) and isinstance(fn.get("arguments"), str):
+                    n += len(fn["arguments"])
+        text = choice.get("text")
+        if isinstance(text, str):
+            n += len(text)
+    return n
+
+
+def _chars_json(obj: dict) -> int:
+    n = 0
+    for choice in obj.get("choices") or ():
+        if not isinstance(choice, dict):
+            continue
+        msg = choice.get("message")
+        if isinstance(msg, dict) and isinstance(msg.get("content"), str):
+            n += len(msg["content"])
+        if isinstance(choice.get("text"), str):
+            n += len(choice["text"])
+    return n

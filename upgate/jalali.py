@@ -1,0 +1,69 @@
+"""Tehran-time calendar keys: the Jalali month (monthly limits, reports) and the day (free quota).
+
+Keys are plain strings used inside Redis key and field names: month "1405-01", day "1405-01-31".
+"""
+from __future__ import annotations
+
+import time
+from datetime import date, datetime, timedelta, timezone
+from zoneinfo import ZoneInfo
+
+import jdatetime
+
+TEHRAN = ZoneInfo("Asia/Tehran")
+
+
+def _tehran(ts: float | None) -> datetime:
+    return datetime.fromtimestamp(time.time() if ts is None else ts, TEHRAN)
+
+
+def month_key(ts: float | None = None) -> str:
+    j = jdatetime.date.fromgregorian(date=_tehran(ts).date())
+    return f"{j.year:04d}-{j.month:02d}"
+
+
+def day_key(ts: float | None = None) -> str:
+    j = jdatetime.date.fromgregorian(date=_tehran(ts).date())
+    return f"{j.year:04d}-{j.month:02d}-{j.day:02d}"
+
+
+def seconds_to_tehran_midnight(ts: float | None = None) -> int:
+    now = _tehran(ts)
+    midnight = datetime.combine(now.date() + timedelta(days=1), datetime.min.time(), TEHRAN)
+    return max(1, int((midnight - now).total_seconds()))
+
+
+def parse_day(text: str) -> jdatetime.date:
+    """"1405-01-31" → jdatetime.date; ValueError with a clear message otherwise."""
+    try:
+        y, m, d = (int(p) for p in text.split("-"))
+        return jdatetime.date(y, m, d)
+    except (ValueError, TypeError):
+        raise ValueError(f"not a Jalali date YYYY-MM-DD: {text!r}") from None
+
+
+def parse_month(text: str) -> tuple[jdatetime.date, jdatetime.date]:
+    """"1405-01" → (first day, last day) of that Jalali month."""
+    try:
+        y, m = (int(p) for p in text.split("-"))
+        first = jdatetime.date(y, m, 1)
+    except (ValueError, TypeError):
+        raise ValueError(f"not a Jalali month YYYY-MM: {text!r}") from None
+    nxt = jdatetime.date(y + (m == 12), m % 12 + 1, 1)
+    return first, nxt - jdatetime.timedelta(days=1)
+
+
+def days(first: jdatetime.date, last: jdatetime.date) -> list[str]:
+    out, d = [], first
+    while d <= last:
+        out.append(f"{d.year:04d}-{d.month:02d}-{d.day:02d}")
+        d += jdatetime.timedelta(days=1)
+    return out
+
+
+def this_month(ts: float | None = None) -> tuple[jdatetime.date, jdatetime.date]:
+    return parse_month(month_key(ts))
+
+
+def utc_iso(ts: float) -> str:
+    return datetime.fromtimestamp(ts, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -1,0 +1,137 @@
+"""Run gateway nodes: one process or N pre-forked workers on one port, graceful on SIGTERM.
+
+Shutdown (what a PaaS sends before it kills a dyno): stop accepting, let running requests and
+streams finish for up to the grace period, then cut the rest with partial settlement, so that
+nothing stays held.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import socket
+import sys
+import time
+
+import tornado.httpserver
+import tornado.netutil
+
+from upgate.app import make_app
+from upgate.context import Context
+from upgate.settings import Settings
+
+log = logging.getLogger("upgate")
+
+
+class GatewayHTTPServer(tornado.httpserver.HTTPServer):
+    def handle_stream(self, stream, address) -> None:
+        # Small SSE writes must leave at once: Nagle + delayed ACK would add ~40 ms per chunk.
+        stream.set_nodelay(True)
+        super().handle_stream(stream, address)
+
+
+def use_uvloop() -> None:
+    try:
+        import uvloop
+    except ImportError:  # optional speed-up
+        return
+    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+
+
+async def start_node(settings: Settings, providers: dict, sockets, client=None):
+    """Start one node on already-bound sockets; returns (ctx, server)."""
+    ctx = Context(settings, providers, client=client)
+    await ctx.start()
+    server = GatewayHTTPServer(make_app(ctx), max_body_size=settings.max_body_bytes + 1,
+                               idle_connection_timeout=75, body_timeout=300)
+    server.add_sockets(sockets)
+    return ctx, server
+
+
+async def drain(ctx: Context, server, grace_s: float) -> None:
+    ctx.draining = True
+    server.stop()  # no new connections; open ones keep their requests
+    deadline = time.monotonic() + grace_s
+    while ctx.inflight and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    if ctx.inflight:
+        log.warning("grace period over: cutting %d open requests with partial settlement", len(ctx.inflight))
+        for handler in list(ctx.inflight.values()):
+            handler.abort()
+        cut_deadline = time.monotonic() + 10
+        while ctx.inflight and time.monotonic() < cut_deadline:
+            await asyncio.sleep(0.05)
+    await server.close_all_connections()
+    await ctx.stop()
+
+
+async def serve_forever(settings: Settings, providers: dict, sockets, ready=None, client=None) -> None:
+    ctx, server = await start_node(settings, providers, sockets, client=client)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    if ready is not None:
+        ready(ctx)
+    await stop.wait()
+    await drain(ctx, server, settings.shutdown_grace_s)
+
+
+def bind(port: int, host: str = "") -> list[socket.socket]:
+    return tornado.netutil.bind_sockets(port, host or None, reuse_port=False)
+
+
+def run(settings: Settings, providers: dict, port: int, processes: int, host: str = "") -> None:
+    sockets = bind(port, host)
+    if processes > 1:
+        _prefork(processes)
+    use_uvloop()
+    asyncio.run(serve_forever(settings, providers, sockets))
+
+
+def _prefork(n: int) -> None:
+    """Fork n workers sharing the listening sockets. The parent forwards SIGTERM/SIGINT to
+    them, restarts a worker that crashed, and exits when all have stopped. Returns in workers."""
+    children: dict[int, int] = {}
+    stopping = False
+
+    def spawn(i: int) -> bool:
+        pid = os.fork()
+        if pid == 0:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+            return True
+        children[pid] = i
+        return False
+
+    def forward(signum, _frame) -> None:
+        nonlocal stopping
+        stopping = True
+        for pid in list(children):
+            try:
+                os.kill(pid, signum)
+            except ProcessLookupError:
+                pass
+
+    for i in range(n):
+        if spawn(i):
+            return
+    signal.signal(signal.SIGTERM, forward)
+    signal.signal(signal.SIGINT, forward)
+    while children:
+        try:
+            pid, status = os.wait()
+        except ChildProcessError:
+            break
+        except InterruptedError:
+            continue
+        i = children.pop(pid, None)
+        if i is None or stopping:
+            continue
+        if os.waitstatus_to_exitcode(status) != 0:
+            log.warning("worker %d (pid %d) died; restarting it", i, pid)
+            time.sleep(0.5)
+            if spawn(i):
+                return
+    sys.exit(0)

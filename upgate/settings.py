@@ -1,0 +1,86 @@
+"""One frozen settings object, read from the environment once at start-up.
+
+Timings default to the spec's values; tests and operators shorten them through env vars.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, replace
+
+
+def _float(env: dict, name: str, default: float) -> float:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise SettingsError(f"{name} must be a number of seconds, got {raw!r}") from None
+    if value <= 0:
+        raise SettingsError(f"{name} must be positive, got {raw!r}")
+    return value
+
+
+def _int(env: dict, name: str, default: int) -> int:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise SettingsError(f"{name} must be an integer, got {raw!r}") from None
+
+
+class SettingsError(ValueError):
+    """A setting in the environment is malformed; the message names it."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    providers_path: str = "providers.toml"
+    key_pepper: str = ""
+    topup_url: str = "https://example.invalid/topup"
+    port: int = 8080
+    upstream_silence_s: float = 120.0
+    lease_s: float = 30.0
+    cooldown_s: float = 30.0
+    shutdown_grace_s: float = 25.0
+    free_quota_default: int = 50
+    metrics_token: str = ""
+    journal_path: str = "upgate-settle.journal"
+    max_streams: int = 10
+    cooldown_strikes: int = 3
+    keepalive_s: float = 15.0
+    max_body_bytes: int = 20 * 1024 * 1024
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def renew_s(self) -> float:
+        """Leases are renewed at a third of their length, so one missed renewal is harmless."""
+        return self.lease_s / 3
+
+    @property
+    def reap_s(self) -> float:
+        return min(5.0, self.lease_s / 6)
+
+    def with_(self, **changes) -> "Settings":
+        return replace(self, **changes)
+
+
+def from_env(env: dict | None = None) -> Settings:
+    env = os.environ if env is None else env
+    return Settings(
+        redis_url=env.get("UPGATE_REDIS_URL") or Settings.redis_url,
+        providers_path=env.get("UPGATE_PROVIDERS") or Settings.providers_path,
+        key_pepper=env.get("UPGATE_KEY_PEPPER", ""),
+        topup_url=env.get("UPGATE_TOPUP_URL") or Settings.topup_url,
+        port=_int(env, "PORT", Settings.port),
+        upstream_silence_s=_float(env, "UPGATE_UPSTREAM_SILENCE_S", 120.0),
+        lease_s=_float(env, "UPGATE_LEASE_S", 30.0),
+        cooldown_s=_float(env, "UPGATE_COOLDOWN_S", 30.0),
+        shutdown_grace_s=_float(env, "UPGATE_SHUTDOWN_GRACE_S", 25.0),
+        free_quota_default=_int(env, "UPGATE_FREE_QUOTA_DEFAULT", 50),
+        metrics_token=env.get("UPGATE_METRICS_TOKEN", ""),
+        journal_path=env.get("UPGATE_JOURNAL") or Settings.journal_path,
+    )
