@@ -17,7 +17,7 @@ setup(
     # as upgate.lua, so a non-editable install carries every file the code opens.
     packages=["upgate", "upgate.handlers", "upgate.upstream", "upgate.lua", "admin_cli"],
     package_dir={"upgate.lua": "lua"},
-    package_data={"upgate.lua": ["*.lua"], "upgate": ["demo/*.toml"]},
+    package_data={"upgate.lua": ["*.lua"], "upgate": ["*.toml"]},
     install_requires=[
         "tornado>=6.4",
         "pycurl>=7.45",
@@ -33,7 +33,7 @@ setup(
         "uvloop>=0.19; sys_platform != 'win32'",
     ],
     extras_require={
-        "test": ["pytest>=8", "pytest-timeout>=2.3", "hypothesis>=6.100", "openai>=1.40"],
+        "test": ["pytest>=8", "pytest-timeout>=2.3", "hypothesis>=6.100", "openai>=1.40", "httpx>=0.27"],
         "bench": ["openai>=1.40"],
     },
     entry_points={

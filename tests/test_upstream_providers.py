@@ -1,0 +1,123 @@
+"""The providers file, and the per-dialect body each provider receives."""
+
+import logging
+
+import orjson
+import pytest
+
+from upgate.upstream.dialects import prepare_body
+from upgate.upstream.providers import Provider, ProvidersError, load_providers
+
+GOOD = """
+[providers.openrouter]
+base_url = "https://openrouter.ai/api/v1/"
+api_key_env = "OR_KEY"
+dialect = "openrouter"
+
+[providers.direct]
+base_url = "https://api.openai.com/v1"
+api_key_env = "OAI_KEY"
+dialect = "openai"
+
+[providers.mock]
+base_url = "http://127.0.0.1:9000/v1"
+dialect = "openai"
+"""
+
+
+def write(tmp_path, text: str):
+    path = tmp_path / "providers.toml"
+    path.write_text(text)
+    return path
+
+
+def test_load_good_file(tmp_path) -> None:
+    providers = load_providers(write(tmp_path, GOOD), {"OR_KEY": "sk-or-1", "OAI_KEY": "sk-o-2"})
+    assert set(providers) == {"openrouter", "direct", "mock"}
+    router = providers["openrouter"]
+    assert (router.dialect, router.api_key, router.available) == ("openrouter", "sk-or-1", True)
+    assert router.url("chat/completions") == "https://openrouter.ai/api/v1/chat/completions"
+    assert router.url("/embeddings") == "https://openrouter.ai/api/v1/embeddings"
+    assert router.headers() == {"Content-Type": "application/json",
+                                "Authorization": "Bearer sk-or-1"}
+    assert providers["mock"].api_key is None and providers["mock"].available
+    assert providers["mock"].headers() == {"Content-Type": "application/json"}
+
+
+def test_missing_key_env_disables_only_that_provider(tmp_path, caplog) -> None:
+    with caplog.at_level(logging.WARNING, logger="upgate.upstream"):
+        providers = load_providers(write(tmp_path, GOOD), {"OR_KEY": "sk-or-1"})
+    assert providers["direct"].available is False and providers["direct"].api_key is None
+    assert providers["openrouter"].available
+    assert "OAI_KEY" in caplog.text and "direct" in caplog.text
+
+
+def test_repr_never_shows_the_key() -> None:
+    provider = Provider(name="p", base_url="https://x/v1", api_key="sk-secret-value",
+                        dialect="openai", available=True)
+    assert "sk-secret-value" not in repr(provider)
+
+
+@pytest.mark.parametrize("text, fragment", [
+    ("[providers.a]\nbase_url = ", "not valid TOML"),
+    ("[other]\nx = 1\n", "no [providers.NAME] table"),
+    ("[providers.a]\ndialect = \"openai\"\n", "[providers.a] needs base_url"),
+    ("[providers.a]\nbase_url = \"ftp://x\"\n", "must be an http(s) URL"),
+    ("[providers.a]\nbase_url = \"https://x/v1\"\ndialect = \"anthropic\"\n", "unknown dialect"),
+    ("[providers.a]\nbase_url = \"https://x/v1\"\ndialetc = \"openai\"\n", "unknown key(s): dialetc"),
+    ("[providers.a]\nbase_url = \"https://x/v1\"\napi_key_env = 3\n", "api_key_env must be"),
+    ("providers = 3\n", "no [providers.NAME] table"),
+    ("[providers]\na = 1\n", "[providers.a] must be a table"),
+])
+def test_bad_files_give_one_clear_line(tmp_path, text, fragment) -> None:
+    with pytest.raises(ProvidersError) as caught:
+        load_providers(write(tmp_path, text), {})
+    assert fragment in str(caught.value)
+    assert "\n" not in str(caught.value)
+
+
+def test_missing_file(tmp_path) -> None:
+    with pytest.raises(ProvidersError, match="providers file not found"):
+        load_providers(tmp_path / "nope.toml")
+
+
+# -- dialects ------------------------------------------------------------------------------
+
+BODY = {"model": "acme/chat-1:free", "messages": [{"role": "user", "content": "hi"}],
+        "stream": False, "tools": [{"type": "function", "function": {"name": "f"}}],
+        "response_format": {"type": "json_object"}, "reasoning": {"effort": "low"},
+        "plugins": [{"id": "web"}], "provider": {"order": ["a"], "allow_fallbacks": False},
+        "transforms": ["middle-out"], "models": ["acme/chat-1:free", "acme/chat-2"],
+        "mock": {"chunks": 2}, "x_unknown": [1, {"a": None}]}
+PASSED = {k: v for k, v in BODY.items() if k not in ("model", "stream", "models")}
+
+
+def test_openrouter_dialect_asks_for_usage_and_passes_everything_through() -> None:
+    out = orjson.loads(prepare_body(BODY, "openrouter", "acme/chat-1", True))
+    assert out == {**PASSED, "model": "acme/chat-1", "stream": True, "usage": {"include": True}}
+    assert BODY["model"] == "acme/chat-1:free" and "usage" not in BODY  # input untouched
+
+
+def test_openrouter_keeps_client_usage_fields_and_drops_stream_options_off_stream() -> None:
+    body = {**BODY, "usage": {"include": False, "x": 1}, "stream_options": {"include_usage": True}}
+    out = orjson.loads(prepare_body(body, "openrouter", "m", False))
+    assert out["usage"] == {"include": True, "x": 1}
+    assert "stream_options" not in out and out["stream"] is False
+
+
+def test_openai_dialect_streams_with_include_usage_and_drops_usage() -> None:
+    body = {**BODY, "usage": {"include": True}, "stream_options": {"other": 1}}
+    out = orjson.loads(prepare_body(body, "openai", "gpt-x", True))
+    assert out == {**PASSED, "model": "gpt-x", "stream": True,
+                   "stream_options": {"other": 1, "include_usage": True}}
+
+
+def test_openai_dialect_non_stream_has_neither() -> None:
+    out = orjson.loads(prepare_body({**BODY, "stream_options": {"include_usage": True}},
+                                    "openai", "gpt-x", False))
+    assert "stream_options" not in out and "usage" not in out and out["stream"] is False
+
+
+def test_unknown_dialect() -> None:
+    with pytest.raises(ValueError):
+        prepare_body(BODY, "anthropic", "m", True)

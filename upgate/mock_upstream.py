@@ -1,0 +1,510 @@
+"""A fake OpenAI-compatible provider for tests, the demo and the benchmark.
+
+Run it with `upgate mock-upstream --port N`, or in-process with `await serve(port)`.
+
+Token accounting is deterministic so tests can compute exact costs:
+- completion_tokens = the number of content chunks: `mock.chunks` (default 5), capped by
+  max_tokens / max_completion_tokens, times `n`. Chunk i carries the text "tok<i> ".
+- prompt_tokens = max(1, characters // 4), counting every string content of the messages
+  (text parts of multi-part contents), the legacy `prompt`, or the embeddings `input`
+  (an integer token counts as 4 characters).
+
+Behaviour switches come from an optional body field `"mock": {...}` (the gateway forwards
+unknown fields unchanged), over process-wide defaults set with `POST /_mock/config`:
+  chunks N, chunk_delay_ms, latency_ms (before the headers), status + error (an
+  OpenAI-style error body whose message names this server's URL, a fake key and an org id
+  so scrubbing can be tested; `error` may be a message string or an object merged into
+  the error), cut_after N (N chunks then an abrupt close, no [DONE]), silence_after N
+  (N chunks then silence until the client leaves, at most 600 s), gate_after N (N chunks,
+  then wait for `POST /_mock/release`), error_after_headers (200 + headers, then the given
+  string if any, then an abrupt close), garbage (200 with a non-JSON body; a string sets
+  it), no_usage, echo (the received body comes back under `mock_echo`), tool_calls (answer
+  with a call of the first tool, its arguments spread over the chunks).
+For a non-stream response, cut_after / silence_after act after the headers (N = 0) or
+after half the body (N > 0).
+
+`GET /_mock/stats` → {connections, requests, disconnects, active, last_body, last_headers};
+`POST /_mock/reset` zeroes them and the defaults.
+"""
+
+import asyncio
+import base64
+import hashlib
+import logging
+import signal
+import struct
+import time
+from typing import Any
+
+import orjson
+from tornado import netutil, web
+from tornado.httpserver import HTTPServer
+from tornado.iostream import StreamClosedError
+
+FAKE_KEY = "sk-mock-SECRET123"
+FAKE_ORG = "org-mockorg"
+MAX_WAIT_S = 600.0  # no mock wait is ever longer than this
+MODELS = ("mock/chat-1", "mock/chat-2", "mock/embed-1", "mock/instruct-1")
+
+_ERROR_CODES = {400: "invalid_request_error", 401: "invalid_api_key", 403: "forbidden",
+                404: "model_not_found", 413: "request_too_large", 422: "unprocessable_entity",
+                429: "rate_limit_exceeded"}
+
+
+class MockState:
+    """Counters and switches shared by every handler and the server."""
+
+    def __init__(self) -> None:
+        self.defaults: dict = {}
+        self.release = asyncio.Event()
+        self.reset()
+
+    def reset(self) -> None:
+        self.defaults = {}
+        self.connections = 0  # TCP connections accepted
+        self.requests = 0  # requests to /v1/*
+        self.disconnects = 0  # responses the client walked away from
+        self.active = 0  # /v1/* requests in progress
+        self.last_body: Any = None
+        self.last_headers: dict | None = None
+        self.serial = 0
+
+    def stats(self) -> dict:
+        return {"connections": self.connections, "requests": self.requests,
+                "disconnects": self.disconnects, "active": self.active,
+                "last_body": self.last_body, "last_headers": self.last_headers}
+
+
+def prompt_tokens(value: Any) -> int:
+    """max(1, characters // 4) over every string in a prompt, message list or input."""
+    return max(1, _chars(value) // 4)
+
+
+def _chars(value: Any) -> int:
+    if isinstance(value, str):
+        return len(value)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return 4  # a pre-tokenised prompt: one token each
+    if isinstance(value, list):
+        return sum(_chars(v) for v in value)
+    if isinstance(value, dict):
+        if "content" in value:  # a chat message
+            return _chars(value["content"])
+        text = value.get("text")  # a content part
+        return len(text) if isinstance(text, str) else 0
+    return 0
+
+
+class MockHTTPServer(HTTPServer):
+    """Counts accepted TCP connections (tests assert keep-alive reuse with it)."""
+
+    mock_state: MockState
+
+    def handle_stream(self, stream, address) -> None:
+        self.mock_state.connections += 1
+        stream.set_nodelay(True)  # every chunk leaves as soon as it is flushed
+        super().handle_stream(stream, address)
+
+
+class _Base(web.RequestHandler):
+    def initialize(self, state: MockState) -> None:
+        self.state = state
+
+    def write_json(self, doc: Any, status: int = 200) -> None:
+        self.set_status(status)
+        self.set_header("Content-Type", "application/json")
+        self.finish(orjson.dumps(doc))
+
+
+class _Generate(_Base):
+    """The shared flow of the three model endpoints: parse, faults, then answer."""
+
+    def prepare(self) -> None:
+        self.state.requests += 1
+        self.state.active += 1
+        self.state.serial += 1
+        self.gone = asyncio.Event()
+        self.closing_myself = False
+        self.state.last_headers = dict(self.request.headers)
+        try:
+            self.body = orjson.loads(self.request.body or b"{}")
+        except orjson.JSONDecodeError:
+            self.body = None
+        self.state.last_body = self.body
+        if not isinstance(self.body, dict):
+            self.body = {}
+            self.opts = {}
+            self._error(400, {"message": "We could not parse the JSON body of your request."})
+            return
+        mock = self.body.get("mock")
+        self.opts = {**self.state.defaults, **(mock if isinstance(mock, dict) else {})}
+        self.stream = self.body.get("stream") is True
+
+    def on_finish(self) -> None:
+        self.state.active -= 1
+
+    def on_connection_close(self) -> None:
+        if not self.closing_myself:
+            self.state.disconnects += 1
+        self.gone.set()
+
+    async def post(self) -> None:
+        opts = self.opts
+        latency = opts.get("latency_ms")
+        if latency and await self._pause(latency / 1000):
+            return
+        status = opts.get("status")
+        if status and status != 200:
+            return self._error(int(status), opts.get("error"))
+        if opts.get("error_after_headers"):
+            return await self._error_after_headers(opts["error_after_headers"])
+        if opts.get("garbage"):
+            garbage = opts["garbage"]
+            body = garbage if isinstance(garbage, str) else "<html><body>502 Bad Gateway</body></html>"
+            self.set_header("Content-Type",
+                            "text/event-stream" if self.stream else "application/json")
+            return self.finish(body.encode())
+        await self.answer()
+
+    async def answer(self) -> None:
+        raise NotImplementedError
+
+    # -- shapes --------------------------------------------------------------------------
+
+    def n_chunks(self) -> int:
+        chunks = int(self.opts.get("chunks", 5))
+        for field in ("max_tokens", "max_completion_tokens"):
+            limit = self.body.get(field)
+            if isinstance(limit, int) and not isinstance(limit, bool) and 0 < limit < chunks:
+                chunks = limit
+        return chunks
+
+    def length_cut(self) -> bool:
+        """True when max_tokens, not the mock's plan, ended the answer."""
+        return self.n_chunks() < int(self.opts.get("chunks", 5))
+
+    def wants_stream_usage(self) -> bool:
+        options = self.body.get("stream_options")
+        usage = self.body.get("usage")
+        return (isinstance(options, dict) and options.get("include_usage") is True) or (
+            isinstance(usage, dict) and usage.get("include") is True)
+
+    def usage(self, prompt: int, completion: int) -> dict:
+        return {"prompt_tokens": prompt, "completion_tokens": completion,
+                "total_tokens": prompt + completion}
+
+    def head(self, prefix: str, obj: str) -> dict:
+        return {"id": f"{prefix}-mock{self.state.serial}", "object": obj,
+                "created": int(time.time()), "model": self.body.get("model", "mock/unknown")}
+
+    def echo(self, doc: dict) -> dict:
+        if self.opts.get("echo"):
+            doc["mock_echo"] = self.body
+        return doc
+
+    # -- replies -------------------------------------------------------------------------
+
+    def _error(self, status: int, error: Any) -> None:
+        host = self.request.host
+        body = {"message": (f"Mock upstream at http://{host}{self.request.path} failed for key "
+                            f"{FAKE_KEY} (organization {FAKE_ORG})"),
+                "type": "mock_error", "param": None, "code": _ERROR_CODES.get(status, "mock_error")}
+        if isinstance(error, str):
+            body["message"] = error
+        elif isinstance(error, dict):
+            body.update(error)
+        self.write_json({"error": body}, status)
+
+    async def send_json(self, doc: dict) -> None:
+        """A non-stream answer, honouring cut_after / silence_after / gate_after."""
+        data = orjson.dumps(self.echo(doc))
+        opts = self.opts
+        for switch in ("cut_after", "silence_after", "gate_after"):
+            if opts.get(switch) is not None:
+                self.set_header("Content-Type", "application/json")
+                if int(opts[switch]) > 0:
+                    self.write(data[: len(data) // 2])
+                    data = data[len(data) // 2:]
+                if await self._interrupt(switch):
+                    return
+        self.set_header("Content-Type", "application/json")
+        self.finish(data)
+
+    async def send_stream(self, content: list[dict], tail: list[dict]) -> None:
+        """SSE: the content chunks (one flush each), then the tail, then [DONE]."""
+        self.set_header("Content-Type", "text/event-stream")
+        self.set_header("Cache-Control", "no-cache")
+        opts = self.opts
+        delay = (opts.get("chunk_delay_ms") or 0) / 1000
+        sent = 0
+        try:
+            for chunk in content:
+                if await self._check(sent) or (sent and delay and await self._pause(delay)):
+                    return
+                if sent == 0:
+                    self.echo(chunk)
+                self.write(b"data: " + orjson.dumps(chunk) + b"\n\n")
+                await self.flush()
+                sent += 1
+            if await self._check(sent):
+                return
+            for chunk in tail:
+                self.write(b"data: " + orjson.dumps(chunk) + b"\n\n")
+            self.write(b"data: [DONE]\n\n")
+            await self.flush()
+        except StreamClosedError:
+            return
+        self.finish()
+
+    async def _check(self, sent: int) -> bool:
+        """Act on the switch due after `sent` chunks; True when the response is over."""
+        for switch in ("cut_after", "silence_after", "gate_after"):
+            value = self.opts.get(switch)
+            if value is not None and int(value) == sent:
+                return await self._interrupt(switch)
+        return False
+
+    async def _interrupt(self, switch: str) -> bool:
+        try:
+            await self.flush()  # headers (and what was written) go out first
+        except StreamClosedError:
+            return True
+        if switch == "cut_after":
+            self._close()
+            return True
+        if switch == "silence_after":
+            await self._pause(MAX_WAIT_S)
+            self._close()
+            return True
+        release = asyncio.ensure_future(self.state.release.wait())
+        gone = asyncio.ensure_future(self.gone.wait())
+        await asyncio.wait((release, gone), timeout=MAX_WAIT_S,
+                           return_when=asyncio.FIRST_COMPLETED)
+        release.cancel()
+        gone.cancel()
+        return self.gone.is_set()
+
+    async def _error_after_headers(self, garbage: Any) -> None:
+        self.set_header("Content-Type", "text/event-stream" if self.stream else "application/json")
+        if isinstance(garbage, str):
+            self.write(garbage.encode())
+        await self.flush()
+        self._close()
+
+    async def _pause(self, seconds: float) -> bool:
+        """Sleep up to `seconds` (bounded); True if the client went away meanwhile."""
+        try:
+            await asyncio.wait_for(self.gone.wait(), min(seconds, MAX_WAIT_S))
+        except asyncio.TimeoutError:
+            return False
+        return True
+
+    def _close(self) -> None:
+        """Drop the connection without ending the response (no final chunk, no [DONE])."""
+        self.closing_myself = True
+        stream = self.request.connection.stream
+        if not stream.closed():
+            stream.close()  # tornado's automatic finish() then writes nothing
+
+
+class ChatHandler(_Generate):
+    async def answer(self) -> None:
+        body = self.body
+        n = body.get("n") if isinstance(body.get("n"), int) else 1
+        steps = self.n_chunks()
+        prompt = prompt_tokens(body.get("messages", []))
+        tools = body.get("tools")
+        tool_name = None
+        if self.opts.get("tool_calls") and isinstance(tools, list) and tools:
+            tool_name = (tools[0].get("function") or {}).get("name", "tool")
+        finish = "tool_calls" if tool_name else ("length" if self.length_cut() else "stop")
+        usage = None if self.opts.get("no_usage") else self.usage(prompt, steps * n)
+        head = self.head("chatcmpl", "chat.completion.chunk" if self.stream else "chat.completion")
+        head["system_fingerprint"] = "fp_mock"
+        if not self.stream:
+            choices = []
+            for i in range(n):
+                message: dict = {"role": "assistant", "content": None, "refusal": None}
+                if tool_name:
+                    message["tool_calls"] = [{"id": f"call_mock{i}", "type": "function",
+                                              "function": {"name": tool_name,
+                                                           "arguments": _tool_args(steps)}}]
+                else:
+                    message["content"] = "".join(f"tok{k} " for k in range(steps))
+                choices.append({"index": i, "message": message, "logprobs": None,
+                                "finish_reason": finish})
+            doc = {**head, "choices": choices}
+            if usage:
+                doc["usage"] = usage
+            return await self.send_json(doc)
+        content = []
+        for k in range(steps):
+            for i in range(n):
+                delta: dict = {"role": "assistant"} if k == 0 else {}
+                if tool_name:
+                    call: dict = {"index": 0, "function": {"arguments": _tool_arg_piece(k, steps)}}
+                    if k == 0:
+                        call.update(id=f"call_mock{i}", type="function")
+                        call["function"]["name"] = tool_name
+                    delta["tool_calls"] = [call]
+                else:
+                    delta["content"] = f"tok{k} "
+                content.append({**head, "choices": [{"index": i, "delta": delta, "logprobs": None,
+                                                     "finish_reason": None}]})
+        tail = [{**head, "choices": [{"index": i, "delta": {}, "logprobs": None,
+                                      "finish_reason": finish}]} for i in range(n)]
+        if usage and self.wants_stream_usage():
+            tail.append({**head, "choices": [], "usage": usage})
+        await self.send_stream(content, tail)
+
+
+def _tool_arg_piece(k: int, steps: int) -> str:
+    return ('{"t": "' if k == 0 else "") + f"tok{k} " + ('"}' if k == steps - 1 else "")
+
+
+def _tool_args(steps: int) -> str:
+    return "".join(_tool_arg_piece(k, steps) for k in range(steps))
+
+
+class CompletionsHandler(_Generate):
+    """The legacy text completion endpoint."""
+
+    async def answer(self) -> None:
+        steps = self.n_chunks()
+        prompt = prompt_tokens(self.body.get("prompt", ""))
+        finish = "length" if self.length_cut() else "stop"
+        usage = None if self.opts.get("no_usage") else self.usage(prompt, steps)
+        head = self.head("cmpl", "text_completion")
+        if not self.stream:
+            doc = {**head, "choices": [{"index": 0, "text": "".join(f"tok{k} " for k in range(steps)),
+                                        "logprobs": None, "finish_reason": finish}]}
+            if usage:
+                doc["usage"] = usage
+            return await self.send_json(doc)
+        content = [{**head, "choices": [{"index": 0, "text": f"tok{k} ", "logprobs": None,
+                                         "finish_reason": None}]} for k in range(steps)]
+        tail = [{**head, "choices": [{"index": 0, "text": "", "logprobs": None,
+                                      "finish_reason": finish}]}]
+        if usage and self.wants_stream_usage():
+            tail.append({**head, "choices": [], "usage": usage})
+        await self.send_stream(content, tail)
+
+
+class EmbeddingsHandler(_Generate):
+    async def answer(self) -> None:
+        raw = self.body.get("input", "")
+        inputs = raw if isinstance(raw, list) and raw and not isinstance(raw[0], int) else [raw]
+        dims = self.body.get("dimensions")
+        dims = dims if isinstance(dims, int) and 0 < dims <= 4096 else 8
+        as_base64 = self.body.get("encoding_format") == "base64"
+        data = []
+        for i, item in enumerate(inputs):
+            vector = _vector(item, dims)
+            embedding: Any = (base64.b64encode(struct.pack(f"<{dims}f", *vector)).decode()
+                              if as_base64 else vector)
+            data.append({"object": "embedding", "index": i, "embedding": embedding})
+        tokens = prompt_tokens(raw)
+        doc = {"object": "list", "data": data, "model": self.body.get("model", "mock/unknown")}
+        if not self.opts.get("no_usage"):
+            doc["usage"] = {"prompt_tokens": tokens, "total_tokens": tokens}
+        await self.send_json(doc)
+
+
+def _vector(item: Any, dims: int) -> list[float]:
+    """A deterministic unit-free vector in [-1, 1] from the input's bytes."""
+    seed = orjson.dumps(item)
+    out: list[float] = []
+    counter = 0
+    while len(out) < dims:
+        digest = hashlib.sha256(seed + counter.to_bytes(4, "big")).digest()
+        out.extend(round(b / 127.5 - 1, 6) for b in digest)
+        counter += 1
+    return out[:dims]
+
+
+class ModelsHandler(_Base):
+    def get(self) -> None:
+        self.write_json({"object": "list", "data": [
+            {"id": m, "object": "model", "created": 1700000000, "owned_by": "mock"} for m in MODELS]})
+
+
+class ConfigHandler(_Base):
+    """POST a JSON object of switches: merged into the defaults; `{}` clears them."""
+
+    def post(self) -> None:
+        try:
+            conf = orjson.loads(self.request.body or b"{}")
+        except orjson.JSONDecodeError:
+            conf = None
+        if not isinstance(conf, dict):
+            return self.write_json({"error": {"message": "body must be a JSON object"}}, 400)
+        if conf:
+            self.state.defaults.update(conf)
+        else:
+            self.state.defaults = {}
+        self.write_json({"defaults": self.state.defaults})
+
+
+class StatsHandler(_Base):
+    def get(self) -> None:
+        self.write_json(self.state.stats())
+
+
+class ResetHandler(_Base):
+    def post(self) -> None:
+        self.state.reset()
+        self.write_json({"ok": True})
+
+
+class ReleaseHandler(_Base):
+    """Let every response waiting at gate_after continue."""
+
+    def post(self) -> None:
+        self.state.release.set()
+        self.state.release = asyncio.Event()  # later gates wait for the next release
+        self.write_json({"ok": True})
+
+
+def make_app(state: MockState | None = None) -> web.Application:
+    state = state or MockState()
+    args = {"state": state}
+    return web.Application([
+        (r"/v1/chat/completions", ChatHandler, args),
+        (r"/v1/completions", CompletionsHandler, args),
+        (r"/v1/embeddings", EmbeddingsHandler, args),
+        (r"/v1/models", ModelsHandler, args),
+        (r"/_mock/config", ConfigHandler, args),
+        (r"/_mock/stats", StatsHandler, args),
+        (r"/_mock/reset", ResetHandler, args),
+        (r"/_mock/release", ReleaseHandler, args),
+    ], mock_state=state)
+
+
+async def serve(port: int, host: str = "127.0.0.1") -> MockHTTPServer:
+    """Start listening (port 0 picks a free one) and return the server; `server.port` is the
+    bound port, `server.mock_state` the counters. The caller keeps the loop running."""
+    app = make_app()
+    server = MockHTTPServer(app, idle_connection_timeout=MAX_WAIT_S)
+    server.mock_state = app.settings["mock_state"]
+    sockets = netutil.bind_sockets(port, host)
+    server.add_sockets(sockets)
+    server.port = sockets[0].getsockname()[1]
+    return server
+
+
+def main(port: int, host: str = "127.0.0.1") -> None:
+    """Run the mock until SIGINT / SIGTERM (`upgate mock-upstream --port N`)."""
+    logging.basicConfig(level=logging.WARNING)
+
+    async def run() -> None:
+        server = await serve(port, host)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        print(f"mock upstream listening on http://{host}:{server.port}/v1", flush=True)
+        await stop.wait()
+        server.stop()
+
+    asyncio.run(run())
+

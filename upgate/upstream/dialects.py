@@ -1,0 +1,40 @@
+"""Turn a client's request body into the body one provider expects.
+
+Everything the client sent passes through unchanged (tools, response_format, reasoning,
+plugins, provider, transforms, unknown fields), except:
+- `model` becomes the catalog's upstream model and `stream` what the gateway chose;
+- usage is always asked for, in the provider's dialect, so settlement has real numbers;
+- `models` is dropped: the gateway runs the fallback list itself, and a provider doing its
+  own fallback could answer with a model the hold was not priced for.
+"""
+
+from typing import Any
+
+import orjson
+
+DIALECTS = ("openrouter", "openai")
+
+
+def prepare_body(body: dict, dialect: str, upstream_model: str, stream_upstream: bool) -> bytes:
+    """The JSON bytes to POST upstream. `body` itself is left untouched (fallback reuses it)."""
+    out: dict[str, Any] = dict(body)
+    out["model"] = upstream_model
+    out["stream"] = stream_upstream
+    out.pop("models", None)
+    if dialect == "openrouter":
+        usage = out.get("usage")
+        out["usage"] = {**usage, "include": True} if isinstance(usage, dict) else {"include": True}
+        if not stream_upstream:
+            out.pop("stream_options", None)  # only valid on streams
+    elif dialect == "openai":
+        out.pop("usage", None)  # openrouter-only; OpenAI rejects unknown top-level fields
+        if stream_upstream:
+            options = out.get("stream_options")
+            out["stream_options"] = (
+                {**options, "include_usage": True} if isinstance(options, dict)
+                else {"include_usage": True})
+        else:
+            out.pop("stream_options", None)  # "stream_options is only allowed when stream is true"
+    else:
+        raise ValueError(f"unknown dialect {dialect!r}")
+    return orjson.dumps(out)

@@ -1,0 +1,99 @@
+"""The providers file: where each upstream lives, which key it takes and which dialect it speaks.
+
+```toml
+[providers.openrouter]
+base_url = "https://openrouter.ai/api/v1"   # chat/completions, embeddings, completions are appended
+api_key_env = "OPENROUTER_API_KEY"          # the key itself stays in the environment
+dialect = "openrouter"                      # or "openai"
+```
+
+`api_key_env` may be left out for a provider that takes no key (the built-in mock). A key
+variable that is named but unset only disables that provider, with a warning, so one
+missing secret does not take the whole gateway down.
+"""
+
+import logging
+import os
+import tomllib
+from dataclasses import dataclass, field
+from typing import Mapping
+from urllib.parse import urlsplit
+
+from upgate.upstream.dialects import DIALECTS
+
+log = logging.getLogger("upgate.upstream")
+
+_KNOWN_KEYS = frozenset(("base_url", "api_key_env", "dialect"))
+
+
+class ProvidersError(Exception):
+    """The providers file is missing or invalid; the message is one line for the operator."""
+
+
+@dataclass(frozen=True)
+class Provider:
+    name: str
+    base_url: str
+    api_key: str | None = field(repr=False)  # never in a repr, so never in a log line
+    dialect: str
+    available: bool
+
+    def url(self, path: str) -> str:
+        """`url("chat/completions")` → `<base_url>/chat/completions`."""
+        return self.base_url.rstrip("/") + "/" + path.lstrip("/")
+
+    def headers(self) -> dict[str, str]:
+        headers = {"Content-Type": "application/json"}
+        if self.api_key:
+            headers["Authorization"] = "Bearer " + self.api_key
+        return headers
+
+
+def load_providers(path: str | os.PathLike, environ: Mapping[str, str] | None = None
+                   ) -> dict[str, Provider]:
+    """Read and check the providers TOML file; raise ProvidersError on anything wrong."""
+    env = os.environ if environ is None else environ
+    try:
+        with open(path, "rb") as f:
+            doc = tomllib.load(f)
+    except FileNotFoundError:
+        raise ProvidersError(f"providers file not found: {path}") from None
+    except OSError as e:
+        raise ProvidersError(f"cannot read providers file {path}: {e.strerror}") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ProvidersError(f"providers file {path} is not valid TOML: {e}") from None
+    table = doc.get("providers")
+    if not isinstance(table, dict) or not table:
+        raise ProvidersError(f"providers file {path} has no [providers.NAME] table")
+    return {name: _provider(path, name, conf, env) for name, conf in table.items()}
+
+
+def _provider(path, name: str, conf: object, env: Mapping[str, str]) -> Provider:
+    where = f"{path}: [providers.{name}]"
+    if not isinstance(conf, dict):
+        raise ProvidersError(f"{where} must be a table")
+    unknown = sorted(set(conf) - _KNOWN_KEYS)
+    if unknown:
+        raise ProvidersError(f"{where} has unknown key(s): {', '.join(unknown)}")
+    base_url = conf.get("base_url")
+    if not isinstance(base_url, str) or not base_url:
+        raise ProvidersError(f"{where} needs base_url")
+    parts = urlsplit(base_url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ProvidersError(f"{where} base_url must be an http(s) URL, got {base_url!r}")
+    dialect = conf.get("dialect", "openrouter")
+    if dialect not in DIALECTS:
+        raise ProvidersError(
+            f"{where} has unknown dialect {dialect!r} (expected one of: {', '.join(DIALECTS)})")
+    key_env = conf.get("api_key_env")
+    api_key = None
+    available = True
+    if key_env is not None:
+        if not isinstance(key_env, str) or not key_env:
+            raise ProvidersError(f"{where} api_key_env must be an environment variable name")
+        api_key = env.get(key_env) or None
+        if api_key is None:
+            log.warning("provider %s disabled: environment variable %s is not set", name, key_env)
+            available = False
+    return Provider(name=name, base_url=base_url, api_key=api_key, dialect=dialect,
+                    available=available)
