@@ -11,7 +11,7 @@ from rich.table import Table
 
 EXIT_OK = 0
 EXIT_REFUSED = 1  # bad input, unknown id, out of range: nothing was written
-EXIT_STORE = 2  # Redis unreachable
+EXIT_STORE = 3  # Redis unreachable (2 is Click's usage error)
 
 
 class Refused(click.ClickException):
@@ -42,6 +42,11 @@ def emit(result: dict, *, table: Table | None = None, message: str | None = None
         console.print(table)
     if message:
         console.print(message)
+
+
+def warn(message: str) -> None:
+    """A human note on stderr (never on stdout, so --json output stays one object)."""
+    click.echo(f"warning: {message}", err=True)
 
 
 def table(title: str, columns: list[str], rows: list[list]) -> Table:

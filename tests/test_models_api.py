@@ -12,6 +12,7 @@ import time
 import urllib.error
 import urllib.request
 from types import SimpleNamespace
+from upgate.settings import Settings
 
 import openai
 import orjson
@@ -89,7 +90,7 @@ class ModelsNode:
         await self.pubsub.subscribe(keyspace.CHANNEL)
         await self.catalog.reload()
         self.listener = asyncio.create_task(self._listen())
-        ctx = SimpleNamespace(catalog=self.catalog)
+        ctx = SimpleNamespace(catalog=self.catalog, settings=Settings())
         d = {"ctx": ctx}
         app = tornado.web.Application(
             [(r"/v1/models", ModelsHandler, d), (r"/v1/models/(.+)", ModelHandler, d)],

@@ -9,6 +9,8 @@ their own tags and are only ever touched by single-key commands or their own scr
 """
 from __future__ import annotations
 
+from functools import lru_cache
+
 CHANNEL = "upgate:events"  # pub/sub: cache invalidation, catalog swaps, cool-downs
 
 
@@ -68,6 +70,49 @@ def keyhash(digest: str) -> str:
 
 ACCOUNTS = "accounts"  # set of all account ids (operator listing)
 REAP_INDEX = "reap:accounts"  # sorted set: account ids with open holds, scored by next deadline
+REAP_LOCK = "reap:lock"  # string: which node sweeps the reaper's shards this tick (cluster only)
+SLOTS = 16384  # Redis Cluster hash slots
+
+
+def slot(account_id: str) -> int:
+    """The cluster hash slot of every key of this account (CRC16 of the tag's inside)."""
+    import binascii
+
+    return binascii.crc_hqx(("a:" + account_id).encode(), 0) % SLOTS
+
+
+@lru_cache(maxsize=1)
+def _slot_tags() -> tuple[str, ...]:
+    """For every hash slot, the first hex number whose CRC16 lands in it (about 0.1 s, once)."""
+    import binascii
+
+    tags: list[str | None] = [None] * SLOTS
+    left, i = SLOTS, 0
+    while left:
+        raw = b"%x" % i
+        s = binascii.crc_hqx(raw, 0) % SLOTS
+        if tags[s] is None:
+            tags[s] = raw.decode()
+            left -= 1
+        i += 1
+    return tuple(tags)  # type: ignore[arg-type]
+
+
+def reap_shard(slot_no: int) -> str:
+    """Redis Cluster: the reaper's index for one hash slot, named to land IN that slot."""
+    return "reap:{" + _slot_tags()[slot_no] + "}"
+
+
+def reap_index(account_id: str, sharded: bool = False) -> str:
+    """Sorted set of account ids with open holds, scored by their earliest lease deadline.
+
+    admit.lua adds the account in the same atomic step that places a hold, and reap.lua removes
+    it only when it finds no hold left, so a hold can never be outside the index. That needs the
+    index in the script's slot: on one Redis it is the single REAP_INDEX; on a cluster it is one
+    index per hash slot (`reap_shard`), whose name is chosen to hash to the account's own slot,
+    and the reaper reads all 16384 of them (pipelined, by one node per tick).
+    """
+    return reap_shard(slot(account_id)) if sharded else REAP_INDEX
 CATALOG = "{catalog}:models"  # hash: model id → JSON record
 CATALOG_META = "{catalog}:meta"  # hash: version, prices_updated_at
 
@@ -75,3 +120,10 @@ CATALOG_META = "{catalog}:meta"  # hash: version, prices_updated_at
 def cooldown(model: str) -> str:
     """Hash: strikes (consecutive upstream 429s), until_ms."""
     return "{m:" + model + "}:cooldown"
+
+
+def key_owner(key_id: str) -> str:
+    """String "<account_id>" for a key id, so `key update KEY_ID` / `key revoke KEY_ID` can find
+    the account. Its own slot: written before the key goes live, never deleted (a revoked key
+    id still resolves, and is refused as revoked)."""
+    return "keyid:" + key_id

@@ -1,0 +1,228 @@
+"""`upgate-admin account`: create accounts, top up or adjust wallets, show, list, suspend,
+resume, and set the daily free-model quota. Amounts are decimal toman; JSON renders them as
+strings with six fractional digits."""
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+import click
+
+from admin_cli.output import Refused, emit, json_option, kv_table, table
+from upgate import accounts, jalali, money
+from upgate.settings import SettingsError, from_env
+
+
+@contextmanager
+def refusals():
+    """Turn the library's refusals (one-line ValueError subclasses) into `Refused`:
+    exit 1, one line on stderr, no traceback."""
+    from upgate import keys
+
+    try:
+        yield
+    except (accounts.AccountError, keys.KeyAdminError, SettingsError) as e:
+        raise Refused(str(e)) from None
+
+
+def _client():
+    from admin_cli.main import redis_client
+
+    return redis_client()
+
+
+def _iso(ts: int | None) -> str | None:
+    return jalali.utc_iso(ts) if ts else None
+
+
+def _free_quota_default() -> int:
+    with refusals():
+        return from_env().free_quota_default
+
+
+def _account_json(v: dict, default_quota: int) -> dict:
+    return {
+        "account_id": v["account_id"],
+        "phone": v["phone"],
+        "phone_masked": v["phone_masked"],
+        "balance_toman": money.fmt(v["balance_micro"]),
+        "held_toman": money.fmt(v["held_micro"]),
+        "available_toman": money.fmt(v["available_micro"]),
+        "suspended": v["suspended"],
+        "free_quota": v["free_quota"] if v["free_quota"] is not None else default_quota,
+        "free_quota_is_default": v["free_quota"] is None,
+        "free_used_today": v["free_used_today"],
+        "key_count": v["key_count"],
+        "created_at": _iso(v["created_at"]),
+    }
+
+
+@click.group()
+def account() -> None:
+    """Accounts and their wallets (toman): create, topup, show, list, suspend, resume,
+    set-free-quota.
+
+    \b
+    Example:
+      upgate-admin account create --phone 09120000000 --balance 50000
+    """
+
+
+@account.command("create")
+@click.option("--phone", required=True, metavar="P", help="7 to 15 digits, optional leading +.")
+@click.option("--balance", metavar="AMOUNT", default="0", show_default=True,
+              help="Opening balance in toman (decimal, at most six fractional digits).")
+@json_option
+def create(phone: str, balance: str, as_json: bool) -> None:
+    """Create an account with a wallet; prints its id (a UUID).
+
+    \b
+    Example:
+      upgate-admin account create --phone 09120000000 --balance 50000 --json
+      {"account_id": "2f0c…"}
+    """
+    with refusals():
+        balance_micro = accounts.parse_amount(balance, what="balance")
+        phone = accounts.check_phone(phone)
+        acct = accounts.create_account(_client(), phone, balance_micro)
+    emit({"account_id": acct}, message=f"created account {acct}")
+
+
+@account.command("topup", context_settings={"ignore_unknown_options": True})
+@click.argument("account_id")
+@click.argument("amount")
+@json_option
+def topup(account_id: str, amount: str, as_json: bool) -> None:
+    """Add AMOUNT toman to the wallet in one atomic step. A negative AMOUNT is an
+    adjustment (the balance may go below zero). Refused beyond ±2^53 micro-toman.
+
+    \b
+    Examples:
+      upgate-admin account topup 2f0c6a1e-… 100000
+      upgate-admin account topup 2f0c6a1e-… -2500.5 --json
+    """
+    with refusals():
+        amount_micro = accounts.parse_amount(amount, allow_negative=True)
+        acct = accounts.normalize_id(account_id)
+        balance = accounts.topup(_client(), acct, amount_micro)
+    emit({"account_id": acct, "amount_toman": money.fmt(amount_micro),
+          "balance_toman": money.fmt(balance)},
+         message=f"account {acct}: {money.fmt(amount_micro)} toman applied, "
+                 f"balance {money.fmt(balance)} toman")
+
+
+@account.command("show")
+@click.argument("account_id")
+@json_option
+def show(account_id: str, as_json: bool) -> None:
+    """Show one account: balance, held, available, suspended, free quota, key count.
+
+    \b
+    Example:
+      upgate-admin account show 2f0c6a1e-… --json
+    """
+    default_quota = _free_quota_default()
+    with refusals():
+        view = accounts.show(_client(), account_id)
+    result = _account_json(view, default_quota)
+    shown = dict(result, suspended="yes" if result["suspended"] else "no")
+    if result["free_quota_is_default"]:
+        shown["free_quota"] = f"{result['free_quota']} (default)"
+    del shown["free_quota_is_default"]
+    emit(result, table=kv_table(f"account {result['account_id']}", shown))
+
+
+@account.command("list")
+@click.option("--phone", metavar="P", help="Only accounts with this phone number.")
+@json_option
+def list_(phone: str | None, as_json: bool) -> None:
+    """List every account, oldest first (or those with one phone number).
+
+    \b
+    Example:
+      upgate-admin account list --phone 09120000000
+    """
+    default_quota = _free_quota_default()
+    with refusals():
+        if phone is not None:
+            phone = accounts.check_phone(phone)
+        views = accounts.list_accounts(_client(), phone=phone)
+    rows = [_account_json(v, default_quota) for v in views]
+    t = table(f"{len(rows)} accounts",
+              ["account id", "phone", "balance", "held", "available", "state", "free quota",
+               "keys", "created"],
+              [[a["account_id"], a["phone"], a["balance_toman"], a["held_toman"],
+                a["available_toman"], "suspended" if a["suspended"] else "active",
+                a["free_quota"], a["key_count"], a["created_at"]] for a in rows])
+    for column in t.columns:  # ids and amounts must never be cut short
+        column.overflow = "fold"
+    emit({"accounts": rows}, table=t)
+
+
+def _suspension(account_id: str, suspend: bool) -> None:
+    with refusals():
+        acct = accounts.normalize_id(account_id)
+        client = _client()
+        changed = accounts.suspend(client, acct) if suspend else accounts.resume(client, acct)
+    word = "suspended" if suspend else "resumed"
+    note = "" if changed else f" (it already was {'suspended' if suspend else 'active'})"
+    emit({"account_id": acct, "suspended": suspend, "changed": changed},
+         message=f"account {acct} {word}{note}")
+
+
+@account.command("suspend")
+@click.argument("account_id")
+@json_option
+def suspend(account_id: str, as_json: bool) -> None:
+    """Suspend an account: every key of it gets 403 account_suspended from the next request
+    on (all gateway nodes are told at once). Undo with `account resume`.
+
+    \b
+    Example:
+      upgate-admin account suspend 2f0c6a1e-…
+    """
+    _suspension(account_id, True)
+
+
+@account.command("resume")
+@click.argument("account_id")
+@json_option
+def resume(account_id: str, as_json: bool) -> None:
+    """Lift a suspension: the account's keys work again from the next request on.
+
+    \b
+    Example:
+      upgate-admin account resume 2f0c6a1e-…
+    """
+    _suspension(account_id, False)
+
+
+@account.command("set-free-quota", context_settings={"ignore_unknown_options": True})
+@click.argument("account_id")
+@click.argument("n")
+@json_option
+def set_free_quota(account_id: str, n: str, as_json: bool) -> None:
+    """Set how many `:free` model requests the account may make per Tehran day (0 = none).
+    N may be the word `default` to go back to the deployment default
+    (UPGATE_FREE_QUOTA_DEFAULT, 50 unless set).
+
+    \b
+    Examples:
+      upgate-admin account set-free-quota 2f0c6a1e-… 200
+      upgate-admin account set-free-quota 2f0c6a1e-… default
+    """
+    default_quota = _free_quota_default()
+    text = n.strip()
+    if text == "default":
+        quota = None
+    elif text.isascii() and text.isdigit() and len(text) <= 12:
+        quota = int(text)
+    else:
+        raise Refused(f"free quota must be a whole number from 0 to {accounts.MAX_FREE_QUOTA} "
+                      f"or 'default', got {n!r}")
+    with refusals():
+        acct = accounts.normalize_id(account_id)
+        accounts.set_free_quota(_client(), acct, quota)
+    effective = default_quota if quota is None else quota
+    emit({"account_id": acct, "free_quota": effective, "free_quota_is_default": quota is None},
+         message=f"account {acct}: free quota {effective} requests per day"
+                 + (" (the default)" if quota is None else ""))

@@ -1,0 +1,321 @@
+"""Accounts: the wallet record, the operator's account operations, and the runtime view the
+gateway's auth cache keeps (``AccountInfo``).
+
+The wallet hash ``keyspace.wallet(acct)`` holds ``phone``, ``balance`` (integer micro-toman,
+may go negative after a settle above its hold), ``held`` (micro-toman of open holds, kept by the
+billing scripts; created here as 0), ``suspended`` ("0"/"1"), ``free_quota`` (requests per
+Tehran day; absent = the deployment default) and ``created_at`` (unix seconds). Every account id
+(a UUID4 string) is also in the set ``keyspace.ACCOUNTS``.
+
+Every operation here validates first and writes after, so refused input writes nothing; writes
+that touch several keys go through ``atomic_write`` (one MULTI/EXEC). A change that affects
+authentication (suspend, resume, free quota) publishes ``{"t": "account", "id": acct}`` on
+``keyspace.CHANNEL`` so every gateway node drops its cached entry at once.
+
+Sync (``redis.Redis`` or ``redis.RedisCluster``) clients only: this is the operator's side.
+"""
+from __future__ import annotations
+
+import re
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Callable, Iterable
+
+import orjson
+import redis
+
+from upgate import jalali, keyspace, money, store
+
+PHONE = re.compile(r"^\+?[0-9]{7,15}$")
+MAX_FREE_QUOTA = 1_000_000_000  # requests per day; anything larger is a typo
+_PLAIN_AMOUNT = re.compile(r"^[+-]?[0-9]+(?:\.[0-9]+)?$")
+
+
+# ---- errors -----------------------------------------------------------------------------------
+
+class AccountError(ValueError):
+    """A refused account operation. The message is one line meant for the operator;
+    nothing was written."""
+
+
+class UnknownAccount(AccountError):
+    """No account has this id."""
+
+
+class InvalidPhone(AccountError):
+    """A phone number is not 7 to 15 digits with an optional leading +."""
+
+
+class BalanceOutOfRange(AccountError):
+    """The balance would pass +/- 2^53 micro-toman (the exact range of Lua numbers)."""
+
+
+class InvalidAmount(AccountError):
+    """An amount is not a plain decimal toman value, has more than six fractional digits,
+    or is out of range."""
+
+
+class InvalidQuota(AccountError):
+    """A free quota is not a whole number from 0 to MAX_FREE_QUOTA."""
+
+
+# ---- pure helpers -----------------------------------------------------------------------------
+
+def parse_amount(text: str, *, allow_negative: bool = False, what: str = "amount") -> int:
+    """Operator text in toman → integer micro-toman. Only plain decimal notation ("1500",
+    "-20.5", "0.000001"); refuses "abc", "1e3", "nan", "1,000", more than six fractional
+    digits and anything beyond 2^53 micro-toman, with an `InvalidAmount` naming the value."""
+    if not isinstance(text, str) or not _PLAIN_AMOUNT.match(text.strip()):
+        raise InvalidAmount(f"{what} must be a plain decimal number of toman "
+                            f"(like 1500 or 1500.25), got {text!r}")
+    try:
+        return money.parse_toman(text.strip(), allow_negative=allow_negative)
+    except money.AmountError as e:
+        raise InvalidAmount(f"{what}: {e}") from None
+
+
+def check_phone(phone: str) -> str:
+    """The phone number with surrounding blanks removed, or `InvalidPhone`."""
+    text = phone.strip() if isinstance(phone, str) else ""
+    if not PHONE.match(text):
+        raise InvalidPhone(f"phone must be 7 to 15 digits with an optional leading +, got {phone!r}")
+    return text
+
+
+def mask_phone(phone: str) -> str:
+    """A partly hidden phone number: the first four and the last four characters around
+    "***" (``09121234567`` → ``0912***4567``); fewer are kept for short numbers, so at least
+    three characters are always hidden."""
+    phone = phone or ""
+    keep = min(4, (len(phone) - 3) // 2)
+    if keep <= 0:
+        return "***"
+    return phone[:keep] + "***" + phone[-keep:]
+
+
+def normalize_id(account_id: str) -> str:
+    """The canonical lowercase UUID, or `UnknownAccount` (no account has a malformed id)."""
+    try:
+        return str(uuid.UUID(str(account_id).strip()))
+    except ValueError:
+        raise UnknownAccount(f"unknown account {account_id!r} (account ids are UUIDs)") from None
+
+
+def _s(v) -> str:
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+def _decode(raw: dict) -> dict[str, str]:
+    return {_s(k): _s(v) for k, v in raw.items()}
+
+
+# ---- the runtime view -------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class AccountInfo:
+    """What the gateway's auth cache keeps per account (dropped on an `account` event)."""
+
+    account_id: str
+    phone_masked: str
+    suspended: bool
+    free_quota: int | None  # requests per Tehran day; None = the deployment default
+
+    @classmethod
+    def from_hash(cls, account_id: str, d: dict) -> "AccountInfo":
+        """From the decoded wallet hash (str → str)."""
+        d = _decode(d)
+        quota = d.get("free_quota")
+        return cls(account_id=account_id,
+                   phone_masked=mask_phone(d.get("phone", "")),
+                   suspended=d.get("suspended") == "1",
+                   free_quota=int(quota) if quota not in (None, "") else None)
+
+
+# ---- writes -----------------------------------------------------------------------------------
+
+Step = Callable[[object], None]
+
+
+def is_cluster(client) -> bool:
+    return isinstance(client, redis.RedisCluster)
+
+
+def atomic_write(client, steps: Iterable[Step], event: dict | None = None) -> None:
+    """Apply `steps` (each queues commands on a pipeline; the commands of one step share one
+    hash tag) as one MULTI/EXEC, then the pub/sub event.
+
+    On one Redis server every step and the PUBLISH go into a single transaction: all or
+    nothing. On a Redis Cluster a transaction cannot span slots, so each step is its own
+    transaction, in the order given; callers order their steps so that an interruption
+    between two of them leaves nothing usable behind (a key goes live last, dies first)."""
+    steps = list(steps)
+    payload = orjson.dumps(event) if event is not None else None
+    if is_cluster(client):
+        for step in steps:
+            pipe = client.pipeline(transaction=True)
+            step(pipe)
+            pipe.execute()
+        if payload is not None:
+            client.publish(keyspace.CHANNEL, payload)
+        return
+    pipe = client.pipeline(transaction=True)
+    for step in steps:
+        step(pipe)
+    if payload is not None:
+        pipe.publish(keyspace.CHANNEL, payload)
+    pipe.execute()
+
+
+def _require(client, account_id: str) -> str:
+    acct = normalize_id(account_id)
+    if not client.exists(keyspace.wallet(acct)):
+        raise UnknownAccount(f"unknown account {acct}")
+    return acct
+
+
+def require_account(client, account_id: str) -> str:
+    """The canonical id of an existing account, or `UnknownAccount`."""
+    return _require(client, account_id)
+
+
+def create_account(client, phone: str, balance_micro: int = 0) -> str:
+    """Create an account with its wallet; returns the new account id (UUID4 string)."""
+    phone = check_phone(phone)
+    if isinstance(balance_micro, bool) or not isinstance(balance_micro, int):
+        raise InvalidAmount("the opening balance must be an integer of micro-toman")
+    if balance_micro < 0:
+        raise InvalidAmount("the opening balance must not be negative (use topup to adjust)")
+    try:
+        money.check_range(balance_micro)
+    except money.AmountError as e:
+        raise BalanceOutOfRange(str(e)) from None
+    acct = str(uuid.uuid4())
+    record = {"phone": phone, "balance": balance_micro, "held": 0, "suspended": "0",
+              "created_at": int(time.time())}
+    atomic_write(client, [
+        lambda p: p.hset(keyspace.wallet(acct), mapping=record),  # the account exists from here
+        lambda p: p.sadd(keyspace.ACCOUNTS, acct),  # listing
+    ])
+    return acct
+
+
+def _topup_result(code: int, balance: int, acct: str, amount_micro: int) -> int:
+    """The one place topup.lua's return codes become results or exceptions."""
+    if code == 0:
+        return balance
+    if code == 1:
+        raise UnknownAccount(f"unknown account {acct}")
+    if code == 2:
+        raise BalanceOutOfRange(
+            f"refused: balance {money.fmt(balance)} + {money.fmt(amount_micro)} toman would pass "
+            f"the limit of ±{money.fmt(money.MAX_MICRO)} toman (2^53 micro-toman)")
+    raise RuntimeError(f"topup.lua returned an unknown code {code}")
+
+
+def topup(client, account_id: str, amount_micro: int) -> int:
+    """Add `amount_micro` (negative = an adjustment) to the balance in one atomic step;
+    returns the new balance in micro-toman. Refused (nothing written) when the account is
+    unknown, the amount is zero, or the balance would pass ±2^53 micro-toman."""
+    acct = normalize_id(account_id)
+    if isinstance(amount_micro, bool) or not isinstance(amount_micro, int):
+        raise InvalidAmount("a top-up must be an integer of micro-toman")
+    if amount_micro == 0:
+        raise InvalidAmount("a top-up of zero changes nothing")
+    if abs(amount_micro) > money.MAX_MICRO:
+        raise BalanceOutOfRange("amount beyond 2^53 micro-toman (about 9,007,199,254 toman) is refused")
+    code, balance = store.script("topup").call_sync(
+        client, [keyspace.wallet(acct)], [amount_micro, money.MAX_MICRO])
+    return _topup_result(int(code), int(balance), acct, amount_micro)
+
+
+def _set_flag(client, acct: str, field: str, value) -> None:
+    atomic_write(client, [lambda p: p.hset(keyspace.wallet(acct), field, value)],
+                 event={"t": "account", "id": acct})
+
+
+def suspend(client, account_id: str) -> bool:
+    """Suspend the account: its requests get 403 account_suspended from the next one on.
+    Returns False when it already was suspended (the call is idempotent)."""
+    acct = _require(client, account_id)
+    was = _s(client.hget(keyspace.wallet(acct), "suspended") or b"0") == "1"
+    _set_flag(client, acct, "suspended", "1")
+    return not was
+
+
+def resume(client, account_id: str) -> bool:
+    """Lift a suspension. Returns False when the account was not suspended."""
+    acct = _require(client, account_id)
+    was = _s(client.hget(keyspace.wallet(acct), "suspended") or b"0") == "1"
+    _set_flag(client, acct, "suspended", "0")
+    return was
+
+
+def set_free_quota(client, account_id: str, n: int | None) -> None:
+    """Set the account's daily `:free` request quota (0 = no free requests); None goes back
+    to the deployment default (UPGATE_FREE_QUOTA_DEFAULT)."""
+    if n is not None and (isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= MAX_FREE_QUOTA):
+        raise InvalidQuota(f"free quota must be a whole number from 0 to {MAX_FREE_QUOTA}, got {n!r}")
+    acct = _require(client, account_id)
+    wallet = keyspace.wallet(acct)
+    step = (lambda p: p.hdel(wallet, "free_quota")) if n is None else (lambda p: p.hset(wallet, "free_quota", n))
+    atomic_write(client, [step], event={"t": "account", "id": acct})
+
+
+# ---- reads ------------------------------------------------------------------------------------
+
+def _view(acct: str, w: dict[str, str], key_count: int, free_used: int) -> dict:
+    balance = int(w.get("balance") or 0)
+    held = int(w.get("held") or 0)
+    quota = w.get("free_quota")
+    return {
+        "account_id": acct,
+        "phone": w.get("phone", ""),
+        "phone_masked": mask_phone(w.get("phone", "")),
+        "balance_micro": balance,
+        "held_micro": held,
+        "available_micro": balance - held,
+        "suspended": w.get("suspended") == "1",
+        "free_quota": int(quota) if quota not in (None, "") else None,
+        "free_used_today": free_used,
+        "key_count": key_count,
+        "created_at": int(w.get("created_at") or 0),
+    }
+
+
+def show(client, account_id: str) -> dict:
+    """One account: account_id, phone, phone_masked, balance/held/available (`*_micro`, int),
+    suspended, free_quota (None = default), free_used_today, key_count, created_at (unix s)."""
+    acct = normalize_id(account_id)
+    pipe = client.pipeline(transaction=False)
+    pipe.hgetall(keyspace.wallet(acct))
+    pipe.scard(keyspace.account_keys(acct))
+    pipe.get(keyspace.free(acct, jalali.day_key()))
+    raw, count, used = pipe.execute()
+    if not raw:
+        raise UnknownAccount(f"unknown account {acct}")
+    return _view(acct, _decode(raw), int(count), int(used or 0))
+
+
+def list_accounts(client, *, phone: str | None = None) -> list[dict]:
+    """Every account (the `show` view), oldest first; only those with this phone if given."""
+    ids = sorted(_s(a) for a in client.sscan_iter(keyspace.ACCOUNTS, count=1000))
+    day = jalali.day_key()
+    out = []
+    for start in range(0, len(ids), 500):
+        chunk = ids[start:start + 500]
+        pipe = client.pipeline(transaction=False)
+        for acct in chunk:
+            pipe.hgetall(keyspace.wallet(acct))
+            pipe.scard(keyspace.account_keys(acct))
+            pipe.get(keyspace.free(acct, day))
+        replies = pipe.execute()
+        for i, acct in enumerate(chunk):
+            raw, count, used = replies[3 * i:3 * i + 3]
+            if not raw:
+                continue
+            view = _view(acct, _decode(raw), int(count), int(used or 0))
+            if phone is None or view["phone"] == phone:
+                out.append(view)
+    out.sort(key=lambda v: (v["created_at"], v["account_id"]))
+    return out
