@@ -98,9 +98,16 @@ def _slot_tags() -> tuple[str, ...]:
     return tuple(tags)  # type: ignore[arg-type]
 
 
+REAP_SHARD = ("reap:{", "}")  # a shard's name: prefix + the slot's tag + suffix
+
+
+def slot_tag(slot_no: int) -> str:
+    return _slot_tags()[slot_no]
+
+
 def reap_shard(slot_no: int) -> str:
     """Redis Cluster: the reaper's index for one hash slot, named to land IN that slot."""
-    return "reap:{" + _slot_tags()[slot_no] + "}"
+    return REAP_SHARD[0] + _slot_tags()[slot_no] + REAP_SHARD[1]
 
 
 def reap_index(account_id: str, sharded: bool = False) -> str:
@@ -109,8 +116,8 @@ def reap_index(account_id: str, sharded: bool = False) -> str:
     admit.lua adds the account in the same atomic step that places a hold, and reap.lua removes
     it only when it finds no hold left, so a hold can never be outside the index. That needs the
     index in the script's slot: on one Redis it is the single REAP_INDEX; on a cluster it is one
-    index per hash slot (`reap_shard`), whose name is chosen to hash to the account's own slot,
-    and the reaper reads all 16384 of them (pipelined, by one node per tick).
+    index per hash slot (`reap_shard`), whose name is chosen to hash to the account's own slot;
+    the reaper reads all 16384 with one lua/reap_scan.lua call per cluster node.
     """
     return reap_shard(slot(account_id)) if sharded else REAP_INDEX
 CATALOG = "{catalog}:models"  # hash: model id → JSON record

@@ -50,7 +50,14 @@ def connect_async(url: str):
         return fakeredis.FakeAsyncRedis(server=_memory_server())
     if is_cluster(url):
         return aioredis.RedisCluster.from_url(_cluster_seed(url))
-    return aioredis.Redis.from_url(url, max_connections=512, health_check_interval=0)
+    # No automatic retries: a retried EVALSHA whose first reply was lost would run admit twice.
+    # Settle retries itself (it is idempotent by hold id); everything else fails fast to a 503.
+    from redis.asyncio.retry import Retry
+    from redis.backoff import NoBackoff
+
+    return aioredis.Redis.from_url(url, max_connections=512, health_check_interval=0,
+                                   retry=Retry(NoBackoff(), 0), socket_timeout=5,
+                                   socket_connect_timeout=2)
 
 
 def connect_sync(url: str):

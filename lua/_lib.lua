@@ -1,0 +1,84 @@
+--[[
+  _lib.lua: helpers shared by the ledger scripts. Redis has no `require`, so store.py prepends
+  this file to every script that contains the line `--! uses _lib`; it has no KEYS or ARGV of
+  its own and returns nothing.
+
+  Conventions of every ledger script:
+  - amounts are integer micro-toman, times integer milliseconds (Unix epoch);
+  - the clock is Redis `TIME` unless a test injects a time (`now_ms` > 0);
+  - a number handed to redis.call goes through `istr`: Lua 5.1 prints numbers with "%.14g",
+    which would turn 123456789012345 into "1.2345678901234e+14" (and a Redis error);
+  - per-hold key names (the key record, the free counter of the hold's day, the usage hash of
+    the hold's day) are built here from prefixes that upgate/keyspace.py hands in as ARGV, the
+    way BullMQ builds job keys: they all carry the account's hash tag, so they live in the slot
+    of the declared KEYS and the script stays single-slot on Redis Cluster.
+]]
+local rcall = redis.call
+
+local RPM_WINDOW_MS = 60000 -- the spec's sliding minute
+local RPM_DEFAULT = 60      -- a key without `rpm`
+
+-- An integer as a decimal string, exact up to 2^53.
+local function istr(n)
+  return string.format('%d', n)
+end
+
+-- The time in ms: the injected one (tests) or Redis' own clock, so nodes never disagree.
+local function clock_ms(injected)
+  local n = tonumber(injected) or 0
+  if n > 0 then
+    return n
+  end
+  local t = rcall('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- Release one OPEN hold and charge nothing: its amount leaves the wallet's and the key's
+-- `held`, its stream slot is freed and it leaves the lease index. A `:free` hold may credit its
+-- request back to the free counter of the day it was counted on (`credit` = true).
+-- `final`: 'delete' drops the record (released); 'reaped' keeps it as state=reaped for
+-- keep_ms so a late settle of a request that was in fact served can still charge it.
+-- Returns the record fields {state, amount, key, free, stream, month, day}; the caller checks
+-- rec[1] == 'open' to know whether anything changed.
+local function close_hold(wallet, hold_key, holds, streams, hold_id, key_prefix, free_prefix,
+                          credit, final, keep_ms)
+  local rec = rcall('HMGET', hold_key, 'state', 'amount', 'key', 'free', 'stream', 'month', 'day')
+  if rec[1] ~= 'open' then
+    return rec
+  end
+  local amount = tonumber(rec[2]) or 0
+  if amount ~= 0 then
+    rcall('HINCRBY', wallet, 'held', istr(-amount))
+    local key_record = key_prefix .. (rec[3] or '')
+    if rcall('EXISTS', key_record) == 1 then
+      rcall('HINCRBY', key_record, 'held', istr(-amount))
+    end
+  end
+  rcall('ZREM', holds, hold_id)
+  if rec[5] == '1' then
+    rcall('ZREM', streams, hold_id)
+  end
+  if credit and rec[4] == '1' and rec[7] then
+    local counter = free_prefix .. rec[7]
+    if (tonumber(rcall('GET', counter)) or 0) > 0 then
+      rcall('DECR', counter)
+    end
+  end
+  if final == 'reaped' then
+    rcall('HSET', hold_key, 'state', 'reaped')
+    rcall('PEXPIRE', hold_key, istr(keep_ms))
+  else
+    rcall('DEL', hold_key)
+  end
+  return rec
+end
+
+-- The X-RateLimit-Reset moment (ms): when the newest counted request leaves the window,
+-- i.e. when the window is clear again; `now` when it is already empty.
+local function window_reset_ms(rpm_key, now)
+  local newest = rcall('ZRANGE', rpm_key, -1, -1, 'WITHSCORES')
+  if newest[2] then
+    return tonumber(newest[2]) + RPM_WINDOW_MS
+  end
+  return now
+end

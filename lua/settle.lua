@@ -1,0 +1,66 @@
+--! uses _lib
+--[[
+  settle.lua: a request completed (or was cut part-way after some output): charge its real
+  cost, even above the hold (the balance may go negative; the next admit then answers 402),
+  give back the hold, free the stream slot, add the cost to the key's `spent:<month of the hold>`
+  and the day's usage aggregates. Idempotent by hold id: a settled or released hold has no
+  record any more, so a second call changes nothing.
+  A hold the reaper already released (its node stalled past the lease, or journaled this
+  settlement while the store was unreachable) is still charged: the request was served. Its
+  hold was already given back, so only the charge and the aggregates apply.
+
+  Input:
+    KEYS[1] wallet hash                  {a:<acct>}:wallet
+    KEYS[2] the hold's record (hash)     {a:<acct>}:hold:<hold_id>
+    KEYS[3] open holds (zset)            {a:<acct>}:holds
+    KEYS[4] stream slots (zset)          {a:<acct>}:streams
+    ARGV[1] hold id
+    ARGV[2] cost, micro-toman (integer ≥ 0)
+    ARGV[3] prompt tokens
+    ARGV[4] completion tokens
+    ARGV[5] the answering model's id
+    ARGV[6] key-record prefix   "{a:<acct>}:key:"   (+ the hold's key id)
+    ARGV[7] usage prefix        "{a:<acct>}:usage:" (+ the hold's Tehran day)
+    ARGV[8] usage hash time-to-live, ms
+
+  Output: {code, balance, wallet_held}
+    code 1  settled an open hold
+    code 2  charged a hold the reaper had released
+    code 0  nothing changed: unknown, already settled or released
+]]
+local wallet, hold_key, holds, streams = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local hold_id, cost = ARGV[1], ARGV[2]
+local prompt, completion, model = ARGV[3], ARGV[4], ARGV[5]
+local key_prefix, usage_prefix, usage_ttl_ms = ARGV[6], ARGV[7], ARGV[8]
+
+local rec = rcall('HMGET', hold_key, 'state', 'key', 'month', 'day')
+local state, key_id, month, day = rec[1], rec[2], rec[3], rec[4]
+if state ~= 'open' and state ~= 'reaped' then
+  return {0, 0, 0}
+end
+local code = 2
+if state == 'open' then
+  close_hold(wallet, hold_key, holds, streams, hold_id, key_prefix, '', false, 'delete', 0)
+  code = 1
+else
+  rcall('DEL', hold_key)
+end
+
+-- the charge
+local balance = rcall('HINCRBY', wallet, 'balance', istr(-tonumber(cost)))
+local key_record = key_prefix .. key_id
+if rcall('EXISTS', key_record) == 1 then
+  rcall('HINCRBY', key_record, 'spent:' .. month, cost)
+end
+
+-- the day's aggregates for the usage report: `<dimension>|<name>|<metric>`
+local usage = usage_prefix .. day
+for _, dim in ipairs({'key|' .. key_id, 'model|' .. model, 'total|*'}) do
+  rcall('HINCRBY', usage, dim .. '|requests', 1)
+  rcall('HINCRBY', usage, dim .. '|prompt_tokens', prompt)
+  rcall('HINCRBY', usage, dim .. '|completion_tokens', completion)
+  rcall('HINCRBY', usage, dim .. '|cost', cost)
+end
+rcall('PEXPIRE', usage, usage_ttl_ms)
+
+return {code, balance, tonumber(rcall('HGET', wallet, 'held')) or 0}

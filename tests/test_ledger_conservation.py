@@ -1,0 +1,144 @@
+"""Conservation of money under any mix of admit / settle / release / renew / reap (hypothesis),
+against a private real redis-server. A model predicts every admit outcome; after every step the
+wallet's and keys' `held` equal the open holds, and at the end balance = initial − Σ charges,
+held = 0 and each key's month counter = Σ its charges, to the micro-toman."""
+from __future__ import annotations
+
+import uuid
+
+from hypothesis import HealthCheck, event, given, settings as hsettings, strategies as st
+
+from tests.ledger_kit import T0, TOMAN, h, i, outcome, run, seed_account, seed_key, settings
+from upgate import jalali, keyspace
+
+KEYS = ("k1", "k2")
+LIMIT_K2 = 12 * TOMAN
+LEASE_MS = 30_000
+
+op = st.one_of(
+    st.tuples(st.just("admit"), st.sampled_from(KEYS),
+              st.one_of(st.sampled_from((0, 1, TOMAN, 3 * TOMAN, 5 * TOMAN)), st.integers(0, 5 * TOMAN)),
+              st.sampled_from((True, True, False)), st.booleans()),  # stream, free
+    st.tuples(st.just("settle"), st.integers(0, 50),
+              st.one_of(st.sampled_from((0, TOMAN, 8 * TOMAN)), st.integers(0, 8 * TOMAN))),
+    st.tuples(st.just("release"), st.integers(0, 50), st.booleans()),
+    st.tuples(st.just("renew"), st.integers(0, 50)),
+    st.tuples(st.just("reap"),),
+)
+step = st.tuples(st.sampled_from((0, 0, 700, 5_000, 15_000, 31_000)), op)
+MAX_STREAMS = 3  # small, so the stream cap is reached in short runs
+
+
+def check(url, sync, ops, initial, sharded=False):
+    acct = str(uuid.uuid4())
+    seed_account(sync, acct, balance=initial, free_quota=1000)
+    seed_key(sync, acct, "k1", rpm=600)
+    seed_key(sync, acct, "k2", rpm=600, monthly_limit=LIMIT_K2)
+
+    async def body(L):
+        now = T0
+        holds: list[dict] = []  # every hold ever admitted, in order
+        charged = {k: 0 for k in KEYS}
+        balance = initial
+
+        def open_holds():
+            return [x for x in holds if x["state"] == "open"]
+
+        for advance, action in ops:
+            now += advance
+            kind = action[0]
+            if kind == "admit":
+                _, key, amount, stream, free = action
+                wallet_held = sum(x["amount"] for x in open_holds())
+                key_held = sum(x["amount"] for x in open_holds() if x["key"] == key)
+                if stream and sum(1 for x in open_holds() if x["stream"] and x["deadline"] > now) >= MAX_STREAMS:
+                    expect = "too_many_concurrent_streams"
+                elif free:
+                    expect = "ok"
+                elif key == "k2" and charged["k2"] + key_held + amount > LIMIT_K2:
+                    expect = "key_monthly_limit_reached"
+                elif balance < 0 or balance - wallet_held < amount:
+                    expect = "insufficient_balance"
+                else:
+                    expect = "ok"
+                result = {}
+
+                async def go():
+                    result["a"] = await L.admit(account_id=acct, key_id=key, model="m/a", hold_micro=amount,
+                                                stream=stream, free=free, now_ms=now)
+
+                got = await outcome(go())
+                assert got == expect, (action, got, expect)
+                event(f"admit: {got}")
+                if got == "ok":
+                    holds.append({"id": result["a"].hold_id, "key": key, "amount": 0 if free else amount,
+                                  "stream": stream, "state": "open", "deadline": now + LEASE_MS})
+            elif kind in ("settle", "release", "renew") and holds:
+                x = holds[action[1] % len(holds)]
+                if kind == "settle":
+                    cost = action[2]
+                    done = await L.settle(acct, x["id"], key_id=x["key"], model="m/a", cost_micro=cost,
+                                          prompt_tokens=1, completion_tokens=2)
+                    assert done == (x["state"] in ("open", "reaped"))
+                    event(f"settle of a hold {x['state']}")
+                    if done:
+                        x["state"] = "settled"
+                        charged[x["key"]] += cost
+                        balance -= cost
+                elif kind == "release":
+                    done = await L.release(acct, x["id"], credit_free=action[2])
+                    assert done == (x["state"] == "open")
+                    if x["state"] in ("open", "reaped"):
+                        x["state"] = "released"
+                else:
+                    await L.renew(acct, [x["id"]], now_ms=now)
+                    if x["state"] == "open":
+                        x["deadline"] = now + LEASE_MS
+            elif kind == "reap":
+                n = await L.reap(now_ms=now)
+                due = [x for x in open_holds() if x["deadline"] <= now]
+                assert n == len(due)
+                if n:
+                    event("reap released holds")
+                for x in due:
+                    x["state"] = "reaped"
+            # invariants after every step
+            w = h(sync, keyspace.wallet(acct))
+            assert i(w["held"]) == sum(x["amount"] for x in open_holds())
+            assert i(w["balance"]) == balance
+            for k in KEYS:
+                assert i(sync.hget(keyspace.key_record(acct, k), "held")) == \
+                    sum(x["amount"] for x in open_holds() if x["key"] == k)
+            if open_holds():
+                score = sync.zscore(keyspace.reap_index(acct, sharded), acct)
+                assert score is not None and score <= min(x["deadline"] for x in open_holds())
+        # the end: every open request finishes one way or the other
+        for n, x in enumerate(open_holds()):
+            if n % 2:
+                assert await L.release(acct, x["id"])
+            else:
+                assert await L.settle(acct, x["id"], key_id=x["key"], model="m/a", cost_micro=1,
+                                      prompt_tokens=0, completion_tokens=0)
+                charged[x["key"]] += 1
+                balance -= 1
+        return charged
+
+    charged = run(url, body, settings(max_streams=MAX_STREAMS))
+    w = h(sync, keyspace.wallet(acct))
+    assert i(w["held"]) == 0
+    assert i(w["balance"]) == initial - sum(charged.values())
+    for k in KEYS:
+        rec = h(sync, keyspace.key_record(acct, k))
+        assert i(rec.get("held")) == 0
+        assert sum(int(v) for f, v in rec.items() if f.startswith("spent:")) == charged[k]
+    days = {jalali.day_key(T0 / 1000), jalali.day_key((T0 + 80 * 31_000) / 1000)}
+    total_cost = sum(int(h(sync, keyspace.usage(acct, d)).get("total|*|cost", 0)) for d in days)
+    assert total_cost == sum(charged.values())
+    assert sync.zcard(keyspace.holds(acct)) == 0 and sync.zcard(keyspace.streams(acct)) == 0
+
+
+@hsettings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops=st.lists(step, min_size=10, max_size=80),
+       initial=st.one_of(st.sampled_from((0, 5 * TOMAN, 100 * TOMAN)), st.integers(0, 30 * TOMAN)))
+def test_conservation_under_any_mix(redis_url, r, ops, initial):
+    check(redis_url, r, ops, initial)

@@ -1,0 +1,247 @@
+"""Leases, renewal and the reaper (lua/renew.lua, lua/reap.lua), the settlement journal and the
+reaper loop, against a private real redis-server. Time is injected (now_ms)."""
+from __future__ import annotations
+
+import asyncio
+
+import orjson
+import pytest
+
+from tests.ledger_kit import ACCT, KEY, T0, TOMAN, h, i, run, seed_account, seed_key, settings
+from tests.procs import free_port
+from upgate import keyspace, ledger as ledger_mod, store
+from upgate.ledger import Ledger
+
+
+def admit(L, hold=TOMAN, *, stream=False, free=False, key=KEY, acct=ACCT, now=T0):
+    return L.admit(account_id=acct, key_id=key, model="acme/chat-1", hold_micro=hold, stream=stream,
+                   free=free, now_ms=now)
+
+
+def settle(L, hold_id, cost, *, acct=ACCT, key=KEY):
+    return L.settle(acct, hold_id, key_id=key, model="acme/chat-1", cost_micro=cost, prompt_tokens=3,
+                    completion_tokens=4)
+
+
+def test_reap_releases_expired_holds_and_slots_charging_nothing(redis_url, r):
+    seed_account(r, balance=50 * TOMAN)
+    seed_key(r)
+
+    async def body(L):
+        a = await admit(L, 5 * TOMAN, stream=True, now=T0)
+        await admit(L, 7 * TOMAN, now=T0 + 10_000)
+        early = await L.reap(now_ms=T0 + 29_999)
+        first = await L.reap(now_ms=T0 + 30_000)  # a's lease has lapsed, b's has not
+        state_a = h(r, keyspace.hold(ACCT, a.hold_id))
+        index = r.zscore(keyspace.REAP_INDEX, ACCT)
+        second = await L.reap(now_ms=T0 + 40_000)
+        return early, first, state_a, index, second
+
+    early, first, state_a, index, second = run(redis_url, body)
+    assert (early, first, second) == (0, 1, 1)
+    assert state_a["state"] == "reaped"
+    assert index == T0 + 40_000  # re-filed under b's deadline
+    w = h(r, keyspace.wallet(ACCT))
+    assert (w["balance"], w["held"]) == (str(50 * TOMAN), "0")
+    assert i(r.hget(keyspace.key_record(ACCT, KEY), "held")) == 0
+    assert r.zcard(keyspace.streams(ACCT)) == 0 and r.zcard(keyspace.holds(ACCT)) == 0
+    assert r.zscore(keyspace.REAP_INDEX, ACCT) is None  # nothing left: out of the index
+    assert not r.keys(keyspace.tag(ACCT) + ":usage:*")
+
+
+def test_reaped_record_is_kept_for_a_late_settlement(redis_url, r):
+    seed_account(r, balance=50 * TOMAN)
+    seed_key(r)
+
+    async def body(L):
+        a = await admit(L, 5 * TOMAN, now=T0)
+        b = await admit(L, 5 * TOMAN, now=T0)
+        assert await L.reap(now_ms=T0 + 31_000) == 2
+        ttl = r.pttl(keyspace.hold(ACCT, a.hold_id))
+        late = await settle(L, a.hold_id, 2 * TOMAN)  # the request was served: charge it
+        twice = await settle(L, a.hold_id, 2 * TOMAN)
+        released = await L.release(ACCT, b.hold_id)  # a late release only forgets the record
+        return ttl, late, twice, released
+
+    ttl, late, twice, released = run(redis_url, body)
+    assert 6 * 86_400_000 < ttl <= 7 * 86_400_000
+    assert (late, twice, released) == (True, False, False)
+    w = h(r, keyspace.wallet(ACCT))
+    assert (w["balance"], w["held"]) == (str(48 * TOMAN), "0")
+    assert i(r.hget(keyspace.key_record(ACCT, KEY), "held")) == 0
+    assert not r.keys(keyspace.tag(ACCT) + ":hold:*")
+
+
+def test_renew_extends_leases_of_holds_and_slots(redis_url, r):
+    seed_account(r, balance=50 * TOMAN)
+    seed_key(r)
+
+    async def body(L):
+        a = await admit(L, TOMAN, stream=True, now=T0)
+        b = await admit(L, TOMAN, now=T0)
+        await L.renew(ACCT, [a.hold_id, "not-a-hold"], now_ms=T0 + 20_000)
+        n1 = await L.reap(now_ms=T0 + 31_000)  # b only
+        slots = r.zscore(keyspace.streams(ACCT), a.hold_id)
+        n2 = await L.reap(now_ms=T0 + 49_999)
+        n3 = await L.reap(now_ms=T0 + 50_000)
+        await L.renew(ACCT, [b.hold_id], now_ms=T0 + 60_000)  # reaped: renewing is a no-op
+        return n1, slots, n2, n3, b
+
+    n1, slots, n2, n3, b = run(redis_url, body)
+    assert (n1, n2, n3) == (1, 0, 1)
+    assert slots == T0 + 50_000
+    assert r.zcard(keyspace.holds(ACCT)) == 0
+    assert h(r, keyspace.hold(ACCT, b.hold_id))["state"] == "reaped"
+
+
+def test_concurrent_reapers_release_each_hold_once(redis_url, r):
+    accounts = [f"acct-{n}" for n in range(8)]
+    for a in accounts:
+        seed_account(r, a, balance=100 * TOMAN)
+        seed_key(r, a, KEY, rpm=600)
+
+    async def body(*ledgers):
+        for a in accounts:
+            for j in range(5):
+                await admit(ledgers[0], TOMAN, stream=j % 2 == 0, acct=a, now=T0)
+        counts = await asyncio.gather(*(ledgers[j % 4].reap(now_ms=T0 + 31_000) for j in range(12)))
+        return sum(counts)
+
+    assert run(redis_url, body, clients=4) == 40
+    for a in accounts:
+        assert h(r, keyspace.wallet(a))["held"] == "0"
+        assert r.zcard(keyspace.streams(a)) == 0
+    assert r.zcard(keyspace.REAP_INDEX) == 0
+
+
+def test_reaping_does_not_drop_an_account_that_just_got_a_hold(redis_url, r):
+    """The race: a reaper empties an account while a new hold lands. Both are atomic in the
+    account's slot, so whichever runs second sees the other: the new hold stays indexed."""
+    seed_account(r, balance=100 * TOMAN)
+    seed_key(r, rpm=600)
+
+    async def body(L, M):
+        a = await admit(L, TOMAN, now=T0)
+        for step in range(30):
+            now = T0 + 31_000 + step * 31_000
+            results = await asyncio.gather(M.reap(now_ms=now), admit(L, TOMAN, now=now))
+            new = results[1]
+            assert r.zscore(keyspace.REAP_INDEX, ACCT) is not None
+            assert r.zscore(keyspace.REAP_INDEX, ACCT) <= r.zscore(keyspace.holds(ACCT), new.hold_id)
+        return a
+
+    run(redis_url, body, clients=2)
+    # every hold ends reapable
+    async def sweep(L):
+        return await L.reap(now_ms=T0 + 10**7)
+
+    run(redis_url, sweep)
+    assert h(r, keyspace.wallet(ACCT))["held"] == "0"
+    assert r.zcard(keyspace.holds(ACCT)) == 0
+
+
+def test_default_lease_comes_from_settings_and_redis_time(redis_url, r):
+    seed_account(r)
+    seed_key(r)
+
+    async def body(L):
+        a = await L.admit(account_id=ACCT, key_id=KEY, model="m/x", hold_micro=1, stream=True, free=False)
+        return a
+
+    a = run(redis_url, body, settings(lease_s=12.5))
+    sec, usec = r.time()
+    now_ms = sec * 1000 + usec // 1000
+    deadline = int(r.zscore(keyspace.holds(ACCT), a.hold_id))
+    assert now_ms + 12_500 - 2_000 < deadline <= now_ms + 12_500
+
+
+def test_run_reaper_loop_reaps_with_short_leases(redis_url, r):
+    seed_account(r, balance=10 * TOMAN)
+    seed_key(r)
+
+    async def body(L):
+        await L.admit(account_id=ACCT, key_id=KEY, model="m/x", hold_micro=TOMAN, stream=True, free=False)
+        task = asyncio.create_task(L.run_reaper(0.05))
+        for _ in range(100):
+            await asyncio.sleep(0.05)
+            if r.zcard(keyspace.holds(ACCT)) == 0:
+                break
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    run(redis_url, body, settings(lease_s=0.2))
+    assert h(r, keyspace.wallet(ACCT))["held"] == "0"
+    assert r.zcard(keyspace.streams(ACCT)) == 0
+
+
+# ---- the settlement journal -------------------------------------------------------------------
+
+def test_unreachable_settlement_is_journaled_and_replayed_once(redis_url, r, tmp_path, monkeypatch):
+    monkeypatch.setattr(ledger_mod, "SETTLE_BACKOFF_S", (0, 0, 0))
+    seed_account(r, balance=10 * TOMAN)
+    seed_key(r)
+    sets = settings(tmp_path)
+    dead_url = f"redis://127.0.0.1:{free_port()}/0"
+
+    async def body(L):
+        a = await L.admit(account_id=ACCT, key_id=KEY, model="m/x", hold_micro=3 * TOMAN, stream=True,
+                          free=False)
+        dead = Ledger(store.connect_async(dead_url), sets)
+        try:
+            journaled = await dead.settle(ACCT, a.hold_id, key_id=KEY, model="acme/chat-1",
+                                          cost_micro=1_500_000, prompt_tokens=11, completion_tokens=22)
+        finally:
+            await dead.client.aclose()
+        assert dead.journaled == 1
+        lines = (tmp_path / "settle.journal").read_bytes().splitlines()
+        held_before = h(r, keyspace.wallet(ACCT))["held"]
+        first = await L.replay_journal()
+        second = await L.replay_journal()
+        return a, journaled, lines, held_before, first, second
+
+    a, journaled, lines, held_before, first, second = run(redis_url, body, sets)
+    assert journaled is True
+    entry = orjson.loads(lines[0])
+    assert len(lines) == 1 and set(entry) == {"a", "h", "k", "m", "c", "p", "q", "t"}
+    assert (entry["a"], entry["h"], entry["k"], entry["m"], entry["c"], entry["p"], entry["q"]) == \
+        (ACCT, a.hold_id, KEY, "acme/chat-1", 1_500_000, 11, 22)
+    assert held_before == str(3 * TOMAN)
+    assert (first, second) == (1, 0)
+    w = h(r, keyspace.wallet(ACCT))
+    assert (w["balance"], w["held"]) == (str(10 * TOMAN - 1_500_000), "0")
+    assert r.zcard(keyspace.streams(ACCT)) == 0
+    assert not list(tmp_path.glob("settle.journal*"))
+
+
+def test_journal_replay_is_idempotent_even_when_lines_repeat(redis_url, r, tmp_path):
+    seed_account(r, balance=10 * TOMAN)
+    seed_key(r)
+    sets = settings(tmp_path)
+
+    async def body(L):
+        a = await L.admit(account_id=ACCT, key_id=KEY, model="m/x", hold_micro=TOMAN, stream=False, free=False)
+        line = orjson.dumps({"a": ACCT, "h": a.hold_id, "k": KEY, "m": "m/x", "c": 400_000, "p": 1, "q": 2,
+                             "t": 0}) + b"\n"
+        (tmp_path / "settle.journal").write_bytes(line + b"garbage\n" + line)
+        return await L.replay_journal()
+
+    assert run(redis_url, body, sets) == 2  # applied once, then found already applied
+    assert h(r, keyspace.wallet(ACCT))["balance"] == str(10 * TOMAN - 400_000)
+
+
+def test_replay_keeps_lines_while_the_store_is_down(tmp_path):
+    sets = settings(tmp_path)
+    line = orjson.dumps({"a": ACCT, "h": "ab", "k": KEY, "m": "m/x", "c": 1, "p": 1, "q": 1, "t": 0}) + b"\n"
+    (tmp_path / "settle.journal").write_bytes(line * 3)
+
+    async def main():
+        dead = Ledger(store.connect_async(f"redis://127.0.0.1:{free_port()}/0"), sets)
+        try:
+            return await dead.replay_journal()
+        finally:
+            await dead.client.aclose()
+
+    assert asyncio.run(main()) == 0
+    assert (tmp_path / "settle.journal").read_bytes() == line * 3
+    assert [p.name for p in tmp_path.iterdir()] == ["settle.journal"]
