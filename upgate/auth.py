@@ -61,7 +61,7 @@ class Auth:
         raw = await self._redis.hgetall(keyspace.key_record(account_id, key_id))
         if not raw:
             raise GatewayError(_INVALID)
-        info = KeyInfo.from_hash({k.decode(): v.decode() for k, v in raw.items()})
+        info = KeyInfo.from_hash(raw, key_id=key_id)
         self._keys[digest] = info
         return info
 
@@ -69,7 +69,7 @@ class Auth:
         raw = await self._redis.hgetall(keyspace.wallet(account_id))
         if not raw:
             raise GatewayError(_INVALID)
-        info = AccountInfo.from_hash(account_id, {k.decode(): v.decode() for k, v in raw.items()})
+        info = AccountInfo.from_hash(account_id, raw)
         self._accounts[account_id] = info
         return info
 

@@ -43,7 +43,10 @@ async def start_node(settings: Settings, providers: dict, sockets, client=None):
     """Start one node on already-bound sockets; returns (ctx, server)."""
     ctx = Context(settings, providers, client=client)
     await ctx.start()
-    server = GatewayHTTPServer(make_app(ctx), max_body_size=settings.max_body_bytes + 1,
+    server = GatewayHTTPServer(make_app(ctx), max_body_size=1 << 40,  # handlers enforce the limit with a 413
+                               # Tornado drops a request whose headers pass 64 KB without a word;
+                               # up to 1 MB the handler answers it (a huge key is a 401)
+                               max_header_size=1 << 20,
                                idle_connection_timeout=75, body_timeout=300)
     server.add_sockets(sockets)
     return ctx, server

@@ -35,57 +35,39 @@ class _Failed(Exception):
         self.err, self.strike = err, strike
 
 
-@tornado.web.stream_request_body
 class ProxyHandler(BaseHandler):
     ROUTE = "chat"  # validation rules
     PATH = "chat/completions"  # appended to the provider's base URL
     CAPABILITY = "chat"
 
-    # ---- body intake: count bytes as they arrive, refuse past the limit without reading on
-    def prepare(self) -> None:
-        self._chunks: list[bytes] | None = []
-        self._size = 0
-        self._call = None
-        self._gone = False  # the client went away
-        self._aborted = False  # shutdown cut this request
-        self._sse_open = False
-        self._billed = True  # nothing to settle until a hold exists
-        self.hold = None
-        self.key = None
-        self.answered = None
-        self.cost_micro = 0
-        self.upstream_ms = 0.0
-        self.stream = False
-        self.started = time.monotonic()
-        limit = self.ctx.settings.max_body_bytes
-        length = self.request.headers.get("Content-Length")
-        if length is not None:
-            if not length.isdigit():
-                raise GatewayError("invalid_request", "Content-Length is malformed.")
-            if int(length) > limit:
-                raise GatewayError("request_too_large")
-        self.request.connection.set_max_body_size(limit + 1)
-
-    def data_received(self, chunk: bytes) -> None:
-        if self._chunks is None:
-            return
-        self._size += len(chunk)
-        if self._size > self.ctx.settings.max_body_bytes:
-            self._chunks = None
-            self.send_gateway_error(GatewayError("request_too_large"))
-            return
-        self._chunks.append(chunk)
+    keep_body = True
+    # Per-request state. Class defaults, because on_connection_close and on_finish may run
+    # for a request that prepare() refused before it got anywhere.
+    _call = None
+    _gone = False  # the client went away
+    _aborted = False  # shutdown cut this request
+    _sse_open = False
+    _billed = True  # nothing to settle until a hold exists
+    hold = None
+    key = None
+    answered = None
+    cost_micro = 0
+    upstream_ms = 0.0
+    stream = False
+    billing = None  # "settled" | "released", for metrics
+    free = False
 
     # ---- the request
     async def post(self) -> None:
-        if self._finished or self._chunks is None:
+        raw = self.body_bytes()
+        if self._finished or raw is None:
             return
         ctx = self.ctx
         key, _account = await ctx.auth.authenticate(self.request.headers)
         self.key = key
         try:
-            req = validate(parse_json(b"".join(self._chunks)), self.ROUTE)
-            self._chunks = None
+            req = validate(parse_json(raw), self.ROUTE)
+            self._body = []
             models = [ctx.catalog.resolve(m) for m in req.model_ids]
             for m in models:
                 if self.CAPABILITY not in m.capabilities:
@@ -199,7 +181,9 @@ class ProxyHandler(BaseHandler):
             obj = orjson.loads(raw)
             if not isinstance(obj, dict):
                 raise ValueError("not an object")
-        except (UpstreamCut, UpstreamTimeout):
+        except UpstreamTimeout:  # headers, then not one body byte within the silence limit
+            raise _Failed(GatewayError("upstream_timeout")) from None
+        except UpstreamCut:
             raise _Failed(GatewayError("upstream_error", "The provider's response was cut off.")) from None
         except ValueError:  # orjson.JSONDecodeError included
             raise _Failed(GatewayError("upstream_error", "The provider returned a malformed response.")) from None
@@ -238,6 +222,9 @@ class ProxyHandler(BaseHandler):
         self._open_sse()
         self.flush()
         parser = sse.SSEParser()
+        # The gateway asked upstream for usage on the client's behalf; a client that did not ask
+        # must not get a chunk with empty `choices` (common code indexes choices[0]).
+        relay_usage = _client_wants_usage(body) or self._meta
         chars = 0
         usage = None
         done = False
@@ -265,6 +252,10 @@ class ProxyHandler(BaseHandler):
                         completion = _int(usage.get("completion_tokens"), _tokens(chars))
                         await self._settle(model, body, prompt, completion)
                         self._add_meta(obj, model)
+                        if not relay_usage:
+                            if not obj.get("choices"):
+                                continue
+                            del obj["usage"]
                     obj["model"] = model.id
                     obj.setdefault("provider", model.provider)
                     self.write(sse.event(orjson.dumps(obj)))
@@ -317,6 +308,7 @@ class ProxyHandler(BaseHandler):
         if self._billed:
             return
         self._billed = True
+        self.billing = "settled"
         self.cost_micro = sizing.cost_micro(model, prompt, completion, wants_web_search(body, model.id))
         self.prompt_tokens, self.completion_tokens = prompt, completion
         await self.ctx.ledger.settle(
@@ -328,11 +320,16 @@ class ProxyHandler(BaseHandler):
         if self._billed:
             return
         self._billed = True
+        self.billing = "released"
         await self.ctx.ledger.release(self.key.account_id, self.hold.hold_id,
                                       credit_free=credit_free and self.free, strike=strike)
 
+    @property
+    def _meta(self) -> bool:
+        return self.request.headers.get("X-Svc-Include-Meta") == "1"
+
     def _add_meta(self, obj: dict, model) -> None:
-        if self.request.headers.get("X-Svc-Include-Meta") == "1":
+        if self._meta:
             obj["svc"] = {
                 "request_id": self.request_id, "cost_toman": money.fmt(self.cost_micro),
                 "hold_toman": money.fmt(self.hold.hold_micro), "model": model.id,
@@ -364,6 +361,12 @@ class EmbeddingsHandler(ProxyHandler):
 
 
 # ---- small pure helpers
+def _client_wants_usage(body: dict) -> bool:
+    opts, usage = body.get("stream_options"), body.get("usage")
+    return (isinstance(opts, dict) and opts.get("include_usage") is True) or \
+        (isinstance(usage, dict) and usage.get("include") is True)
+
+
 def _int(value, default: int) -> int:
     return value if type(value) is int and value >= 0 else default
 

@@ -138,6 +138,9 @@ class UpstreamCall:
         if self._cancelled:
             raise _Abort()  # tornado frees the handle and reports this as the result
         self._curl = curl
+        # Tornado turns libcurl's trace on when its logger is at DEBUG: that would log every
+        # request body (prompts) and header (the provider key). Never, whatever the log level.
+        curl.setopt(pycurl.VERBOSE, 0)
         curl.setopt(pycurl.TCP_NODELAY, 1)
         curl.setopt(pycurl.TCP_KEEPALIVE, 1)
         if _HTTP2 is not None:

@@ -1,0 +1,369 @@
+"""The proxy end to end: the real `openai` client → a running gateway node → the mock provider,
+with billing on a private real Redis. Money is checked to the micro-toman."""
+from __future__ import annotations
+
+import asyncio
+import time
+from decimal import Decimal
+
+import httpx
+import openai
+import pytest
+import redis
+
+from tests.gateway import seed
+from upgate import keyspace, sizing
+
+HELLO = [{"role": "user", "content": "Hello there, gateway!"}]  # 21 chars → mock prompt_tokens 5
+PRICES = {"mock/chat-1": (150_000, 600_000), "mock/chat-big": (1_000_000, 4_000_000)}
+
+
+def cost(model: str, prompt: int, completion: int) -> int:
+    p, c = PRICES[model]
+    return prompt * p + completion * c + (10_000_000 if model == "mock/chat-big" else 0)
+
+
+def client(node, key, **kw) -> openai.OpenAI:
+    return openai.OpenAI(base_url=node.base, api_key=key, max_retries=0, **kw)
+
+
+def wallet(redis_url, account_id) -> dict:
+    raw = redis.Redis.from_url(redis_url, decode_responses=True).hgetall(keyspace.wallet(account_id))
+    return {"balance": int(raw["balance"]), "held": int(raw.get("held", 0))}
+
+
+def me(node, key) -> dict:
+    return httpx.get(node.base + "/svc/me", headers={"X-API-Key": key}).json()
+
+
+def mock_stats(mock) -> dict:
+    return httpx.get(f"http://127.0.0.1:{mock.port}/_mock/stats").json()
+
+
+@pytest.fixture
+def funded(redis_url):
+    return seed(redis_url, balance="100000")
+
+
+def test_chat_non_stream_charges_exactly_the_real_usage(node, redis_url, funded):
+    key, account_id, _ = funded
+    before = wallet(redis_url, account_id)
+    resp = client(node, key).chat.completions.with_raw_response.create(model="mock/chat-1", messages=HELLO)
+    out = resp.parse()
+    assert out.choices[0].message.content == "tok0 tok1 tok2 tok3 tok4 "
+    assert out.model == "mock/chat-1"
+    assert out.model_extra["provider"]
+    assert out.usage.prompt_tokens == 5 and out.usage.completion_tokens == 5
+    for h in ("X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset", "X-Svc-Request-Id"):
+        assert h in resp.headers
+    assert resp.headers["X-RateLimit-Remaining"] == "59"
+    after = wallet(redis_url, account_id)
+    assert before["balance"] - after["balance"] == cost("mock/chat-1", 5, 5) == 3_750_000
+    assert after["held"] == 0
+    state = me(node, key)
+    assert state["key"]["spent_this_month_toman"] == "3.750000"
+    assert state["wallet"]["held_toman"] == "0.000000"
+
+
+def test_stream_relays_chunks_and_settles_before_done(node, redis_url, funded):
+    key, account_id, _ = funded
+    before = wallet(redis_url, account_id)
+    stream = client(node, key).chat.completions.create(model="mock/chat-1", messages=HELLO, stream=True)
+    chunks = list(stream)
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == "tok0 tok1 tok2 tok3 tok4 "
+    assert all(c.choices for c in chunks), "a usage-only chunk reached a client that did not ask for it"
+    assert before["balance"] - wallet(redis_url, account_id)["balance"] == 3_750_000
+
+
+def test_stream_usage_chunk_and_meta_when_asked(node, redis_url, funded):
+    key, account_id, _ = funded
+    c = client(node, key, default_headers={"X-Svc-Include-Meta": "1"})
+    chunks = list(c.chat.completions.create(model="mock/chat-1", messages=HELLO, stream=True,
+                                            stream_options={"include_usage": True}))
+    last = chunks[-1]
+    assert last.usage.completion_tokens == 5
+    svc = last.model_extra["svc"]
+    assert svc["cost_toman"] == "3.750000" and svc["model"] == "mock/chat-1"
+    assert svc["request_id"].startswith("req_")
+    assert Decimal(svc["hold_toman"]) > Decimal(svc["cost_toman"])
+
+
+def test_non_stream_meta(node, funded):
+    key, _, _ = funded
+    c = client(node, key, default_headers={"X-Svc-Include-Meta": "1"})
+    out = c.chat.completions.create(model="mock/chat-1", messages=HELLO)
+    assert out.model_extra["svc"]["cost_toman"] == "3.750000"
+
+
+def test_async_client_and_parallel_requests(node, redis_url, funded):
+    key, account_id, _ = funded
+
+    async def run():
+        c = openai.AsyncOpenAI(base_url=node.base, api_key=key, max_retries=0)
+        outs = await asyncio.gather(*[c.chat.completions.create(model="mock/chat-1", messages=HELLO)
+                                      for _ in range(10)])
+        await c.close()
+        return outs
+
+    outs = asyncio.run(run())
+    assert all(o.choices[0].message.content for o in outs)
+    w = wallet(redis_url, account_id)
+    assert w["balance"] == 100_000_000_000 - 10 * 3_750_000 and w["held"] == 0
+
+
+def test_tools_and_unknown_fields_pass_through(node, mock, funded):
+    key, _, _ = funded
+    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]
+    out = client(node, key).chat.completions.create(
+        model="mock/chat-1", messages=HELLO, tools=tools, response_format={"type": "json_object"},
+        extra_body={"mock": {"tool_calls": True}, "transforms": ["middle-out"], "custom_field": 7,
+                    "provider": {"order": ["x"], "allow_fallbacks": False}})
+    assert out.choices[0].message.tool_calls[0].function.name == "get_weather"
+    sent = mock_stats(mock)["last_body"]
+    assert sent["model"] == "mock-chat-1"  # the upstream model
+    assert sent["tools"] == tools and sent["custom_field"] == 7 and sent["transforms"] == ["middle-out"]
+    assert sent["provider"] == {"order": ["x"], "allow_fallbacks": False}
+    assert sent["response_format"] == {"type": "json_object"}
+
+
+def test_embeddings_and_legacy_completions(node, redis_url, funded):
+    key, account_id, _ = funded
+    c = client(node, key)
+    before = wallet(redis_url, account_id)["balance"]
+    emb = c.embeddings.create(model="mock/embed-1", input="hello world, embed me")
+    assert len(emb.data[0].embedding) > 0
+    charged = before - wallet(redis_url, account_id)["balance"]
+    assert charged == emb.usage.prompt_tokens * 20_000
+    done = c.completions.create(model="mock/chat-1", prompt="Say hi", max_tokens=3)
+    assert done.choices[0].text
+    with pytest.raises(openai.BadRequestError) as e:
+        c.embeddings.create(model="mock/chat-1", input="x")
+    assert e.value.code == "invalid_request"
+    with pytest.raises(openai.BadRequestError):
+        c.completions.create(model="mock/embed-1", prompt="x")
+
+
+def test_error_statuses_surface_as_the_clients_exception_classes(node, redis_url):
+    key, account_id, _ = seed(redis_url, balance="0.001", allowed_models=["mock/chat-1", "mock/chat-big"])
+    c = client(node, key)
+    cases = [
+        (openai.NotFoundError, "model_not_found", {"model": "nope/none"}),
+        (openai.NotFoundError, "model_not_found", {"model": "Mock/Chat-1"}),
+        (openai.NotFoundError, "model_not_found", {"model": "chat-1"}),
+        (openai.NotFoundError, "model_not_found", {"model": "mock/hidden"}),
+        (openai.PermissionDeniedError, "model_not_allowed", {"model": "mock/chat-1:online"}),
+        (openai.PermissionDeniedError, "model_not_allowed", {"model": "mock/chat-1", "extra_body": {"models": ["mock/chat-1:free"]}}),
+        (openai.APIStatusError, "insufficient_balance", {"model": "mock/chat-1"}),
+        (openai.BadRequestError, "invalid_request", {"model": "mock/chat-1", "max_tokens": "100"}),
+    ]
+    for exc, code, kw in cases:
+        with pytest.raises(exc) as e:
+            c.chat.completions.create(messages=HELLO, **kw)
+        assert e.value.code == code, (kw, e.value)
+        assert e.value.response.headers["x-should-retry"] == "false"
+        assert "X-RateLimit-Limit" in e.value.response.headers
+    with pytest.raises(openai.APIStatusError) as e:
+        c.chat.completions.create(model="mock/chat-1", messages=HELLO)
+    assert e.value.status_code == 402
+    svc = e.value.body["svc"]
+    assert svc["balance_toman"] == "0.001000" and svc["available_toman"] == "0.001000"
+    assert Decimal(svc["required_toman"]) > Decimal("0.001") and svc["topup_url"]
+    with pytest.raises(openai.AuthenticationError) as e:
+        client(node, "sk-up-" + "z" * 40).chat.completions.create(model="mock/chat-1", messages=HELLO)
+    assert e.value.code == "invalid_api_key"
+    assert wallet(redis_url, account_id) == {"balance": 1000, "held": 0}
+
+
+@pytest.mark.parametrize("raw", ['"100"', "100.0", "1e2", "true"])
+def test_integer_fields_over_http(node, funded, raw):
+    key, _, _ = funded
+    body = '{"model": "mock/chat-1", "messages": [{"role": "user", "content": "x"}], "max_tokens": %s}' % raw
+    resp = httpx.post(node.base + "/chat/completions", content=body,
+                      headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"})
+    assert resp.status_code == 400 and resp.json()["error"]["code"] == "invalid_request"
+
+
+def test_rate_limit_and_concurrent_stream_cap(node, redis_url):
+    key, _, _ = seed(redis_url, rpm=2, balance="100000")
+    c = client(node, key)
+    c.chat.completions.create(model="mock/chat-1", messages=HELLO)
+    c.chat.completions.create(model="mock/chat-1", messages=HELLO)
+    with pytest.raises(openai.RateLimitError) as e:
+        c.chat.completions.create(model="mock/chat-1", messages=HELLO)
+    assert e.value.code == "rate_limit_exceeded"
+    h = e.value.response.headers
+    assert h["X-RateLimit-Remaining"] == "0" and 0 < int(h["Retry-After"]) <= 60
+
+
+def test_upstream_errors_release_the_hold_and_scrub_the_message(node, redis_url, funded):
+    key, account_id, _ = funded
+    c = client(node, key)
+    with pytest.raises(openai.InternalServerError) as e:
+        c.chat.completions.create(model="mock/chat-1", messages=HELLO, extra_body={"mock": {"status": 500}})
+    assert e.value.status_code == 502 and e.value.code == "upstream_error"
+    with pytest.raises(openai.BadRequestError) as e:
+        c.chat.completions.create(model="mock/chat-1", messages=HELLO, extra_body={"mock": {"status": 400}})
+    msg = e.value.message
+    assert e.value.code == "invalid_request"
+    assert "127.0.0.1" not in msg and "sk-mock-SECRET123" not in msg and "org-mockorg" not in msg
+    with pytest.raises(openai.InternalServerError):
+        c.chat.completions.create(model="mock/chat-1", messages=HELLO, extra_body={"mock": {"garbage": True}})
+    assert wallet(redis_url, account_id) == {"balance": 100_000_000_000, "held": 0}
+
+
+def test_three_upstream_429s_make_the_model_cold(node, mock, redis_url, funded):
+    key, _, _ = funded
+    c = client(node, key)
+    for _ in range(3):
+        with pytest.raises(openai.RateLimitError) as e:
+            c.chat.completions.create(model="mock/chat-big", messages=HELLO, extra_body={"mock": {"status": 429}})
+        assert e.value.code == "upstream_rate_limited"
+    seen = mock_stats(mock)["requests"]
+    deadline = time.time() + 5
+    while not node.ctx.ledger.cold_until("mock/chat-big") and time.time() < deadline:
+        time.sleep(0.02)
+    with pytest.raises(openai.RateLimitError) as e:
+        c.chat.completions.create(model="mock/chat-big", messages=HELLO)
+    assert e.value.code == "upstream_rate_limited"
+    assert 0 < int(e.value.response.headers["Retry-After"]) <= 30
+    assert mock_stats(mock)["requests"] == seen  # a cold model does not go upstream
+    c.chat.completions.create(model="mock/chat-1", messages=HELLO)  # other models are unaffected
+
+
+def test_cut_stream_is_charged_only_for_what_arrived(node, redis_url, funded):
+    key, account_id, _ = funded
+    before = wallet(redis_url, account_id)["balance"]
+    got = []
+    with pytest.raises(openai.APIError):
+        for chunk in client(node, key).chat.completions.create(
+                model="mock/chat-1", messages=HELLO, stream=True, extra_body={"mock": {"chunks": 20, "cut_after": 3}}):
+            got.append(chunk.choices[0].delta.content)
+    assert "".join(g or "" for g in got) == "tok0 tok1 tok2 "
+    charged = before - wallet(redis_url, account_id)["balance"]
+    body = {"model": "mock/chat-1", "messages": HELLO}
+    expected = sizing.cost_micro(node.ctx.catalog.resolve("mock/chat-1"), sizing.prompt_tokens(body), 4, False)
+    assert charged == expected
+    assert 0 < charged < cost("mock/chat-1", 5, 20)
+    assert wallet(redis_url, account_id)["held"] == 0
+
+
+def test_client_disconnect_frees_the_slot_and_settles_what_was_relayed(node, mock, redis_url, funded):
+    key, account_id, _ = funded
+    r = redis.Redis.from_url(redis_url)
+    with httpx.stream("POST", node.base + "/chat/completions", headers={"X-API-Key": key},
+                      json={"model": "mock/chat-1", "messages": HELLO, "stream": True,
+                            "mock": {"chunks": 50, "chunk_delay_ms": 100}}) as resp:
+        lines = resp.iter_lines()
+        assert any(line.startswith("data: {") for line in lines)
+        assert r.zcard(keyspace.streams(account_id)) == 1
+    deadline = time.time() + 5
+    while (r.zcard(keyspace.streams(account_id)) or wallet(redis_url, account_id)["held"]) and time.time() < deadline:
+        time.sleep(0.05)
+    assert r.zcard(keyspace.streams(account_id)) == 0
+    w = wallet(redis_url, account_id)
+    assert w["held"] == 0 and 0 < 100_000_000_000 - w["balance"] < cost("mock/chat-1", 5, 50)
+    deadline = time.time() + 5
+    while mock_stats(mock)["active"] and time.time() < deadline:
+        time.sleep(0.05)
+    assert mock_stats(mock)["active"] == 0  # the upstream request was stopped too
+
+
+def test_relay_does_not_buffer(node, mock, funded):
+    """The client reads chunk 1 while the mock is still holding chunk 2 back at its gate."""
+    key, _, _ = funded
+    stream = client(node, key).chat.completions.create(
+        model="mock/chat-1", messages=HELLO, stream=True, extra_body={"mock": {"gate_after": 1}})
+    first = next(iter(stream))
+    assert first.choices[0].delta.content == "tok0 "
+    httpx.post(f"http://127.0.0.1:{mock.port}/_mock/release")
+    rest = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+    assert rest == "tok1 tok2 tok3 tok4 "
+
+
+def test_upstream_connections_are_reused(node, mock, funded):
+    key, _, _ = funded
+    c = client(node, key)
+    c.chat.completions.create(model="mock/chat-1", messages=HELLO)
+    before = mock_stats(mock)["connections"]
+    for _ in range(10):
+        c.chat.completions.create(model="mock/chat-1", messages=HELLO)
+    # exactly one new connection: the stats request itself; the gateway opened none
+    assert mock_stats(mock)["connections"] == before + 1
+
+
+def test_fallback_charges_the_model_that_answered(node, redis_url, funded):
+    key, account_id, _ = funded
+    before = wallet(redis_url, account_id)["balance"]
+    out = client(node, key, default_headers={"X-Svc-Include-Meta": "1"}).chat.completions.create(
+        model="dead/chat", messages=HELLO, extra_body={"models": ["mock/chat-1", "mock/chat-big"]})
+    assert out.model == "mock/chat-1"
+    assert before - wallet(redis_url, account_id)["balance"] == cost("mock/chat-1", 5, 5)
+    body = {"model": "dead/chat", "messages": HELLO, "models": ["mock/chat-1", "mock/chat-big"]}
+    models = [node.ctx.catalog.resolve(m) for m in ("dead/chat", "mock/chat-1", "mock/chat-big")]
+    assert out.model_extra["svc"]["hold_toman"] == "%d.%06d" % divmod(sizing.hold_micro(body, models), 1_000_000)
+
+
+def test_smaller_max_tokens_means_a_smaller_hold(node, funded):
+    key, _, _ = funded
+    c = client(node, key, default_headers={"X-Svc-Include-Meta": "1"})
+    big = c.chat.completions.create(model="mock/chat-1", messages=HELLO)
+    small = c.chat.completions.create(model="mock/chat-1", messages=HELLO, max_tokens=10)
+    assert Decimal(small.model_extra["svc"]["hold_toman"]) < Decimal(big.model_extra["svc"]["hold_toman"])
+
+
+def test_free_model_needs_no_balance_and_credits_back_unserved_requests(node, redis_url):
+    key, account_id, _ = seed(redis_url, balance="0")
+    c = client(node, key)
+    out = c.chat.completions.create(model="mock/chat-1:free", messages=HELLO)
+    assert out.choices[0].message.content
+    r = redis.Redis.from_url(redis_url)
+    from upgate import jalali
+
+    used = lambda: int(r.get(keyspace.free(account_id, jalali.day_key())) or 0)  # noqa: E731
+    assert used() == 1
+    with pytest.raises(openai.RateLimitError) as e:
+        c.chat.completions.create(model="mock/chat-1:free", messages=HELLO, extra_body={"mock": {"status": 429}})
+    assert e.value.code == "free_capacity_exhausted" and "Retry-After" in e.value.response.headers
+    assert used() == 1  # never served: credited back
+    assert wallet(redis_url, account_id) == {"balance": 0, "held": 0}
+
+
+def test_free_quota_exceeded_names_an_alternative(node, redis_url):
+    from upgate import accounts, store
+
+    key, account_id, _ = seed(redis_url, balance="0")
+    accounts.set_free_quota(store.connect_sync(redis_url), account_id, 1)
+    c = client(node, key)
+    c.chat.completions.create(model="mock/chat-1:free", messages=HELLO)
+    with pytest.raises(openai.RateLimitError) as e:
+        c.chat.completions.create(model="mock/chat-1:free", messages=HELLO)
+    assert e.value.code == "free_quota_exceeded"
+    assert e.value.response.headers["Retry-After"] == "3600"
+    assert e.value.body["svc"]["alternative_model"] == "mock/chat-1"
+    assert e.value.body["svc"]["alternative_model_price_toman_per_million"] == "600000.000000"
+
+
+def test_body_over_20mb_is_413(node, funded):
+    key, _, _ = funded
+    big = b'{"model": "mock/chat-1", "messages": [{"role": "user", "content": "' + b"a" * (20 * 1024 * 1024) + b'"}]}'
+    resp = httpx.post(node.base + "/chat/completions", content=big, headers={"X-API-Key": key})
+    assert resp.status_code == 413 and resp.json()["error"]["code"] == "request_too_large"
+
+    def chunks():
+        for _ in range(25):
+            yield b"a" * (1024 * 1024)
+
+    resp = httpx.post(node.base + "/chat/completions", content=chunks(), headers={"X-API-Key": key})
+    assert resp.status_code == 413 and resp.json()["error"]["code"] == "request_too_large"
+
+
+def test_pricing_unavailable_before_any_catalog(make_node, redis_url):
+    r = redis.Redis.from_url(redis_url)
+    for k in r.scan_iter("{catalog}*"):
+        r.delete(k)
+    node = make_node()  # starts with no catalog ever loaded
+    key, _, _ = seed(redis_url)
+    with pytest.raises(openai.APIStatusError) as e:
+        client(node, key).chat.completions.create(model="mock/chat-1", messages=HELLO)
+    assert e.value.status_code == 503 and e.value.code == "pricing_unavailable"
