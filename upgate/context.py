@@ -16,6 +16,7 @@ from upgate import keyspace, store
 from upgate.auth import Auth
 from upgate.catalog import Catalog
 from upgate.ledger import Ledger
+from upgate.metrics import Metrics, access_logger, observe
 from upgate.settings import Settings
 from upgate.upstream.client import UpstreamClient
 
@@ -23,7 +24,7 @@ log = logging.getLogger("upgate")
 
 
 class Context:
-    def __init__(self, settings: Settings, providers: dict, client=None):
+    def __init__(self, settings: Settings, providers: dict, client=None, access_log: bool = True):
         self.settings = settings
         self.providers = providers
         self.redis = client if client is not None else store.connect_async(settings.redis_url)
@@ -31,7 +32,8 @@ class Context:
         self.catalog = Catalog(self.redis)
         self.ledger = Ledger(self.redis, settings)
         self.upstream = UpstreamClient(silence_s=settings.upstream_silence_s)
-        self.metrics = None  # set by upgate.metrics when enabled
+        self.metrics = Metrics(self)
+        self.access_log = access_logger() if access_log else None
         self.subscribed = asyncio.Event()
         self.redis_ok = True
         self.draining = False
@@ -56,6 +58,9 @@ class Context:
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks = []
+
+    def on_request_finished(self, handler) -> None:
+        observe(self, handler)
 
     async def _sweep(self) -> None:
         """One timer for the whole node: renew the leases of long requests (one script call
@@ -106,7 +111,7 @@ class Context:
                 self.subscribed.set()
                 backoff = 0.1
                 while True:
-                    msg = await pubsub.get_message(ignore_subscribe_messages=True, timeout=5.0)
+                    msg = await pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
                     if msg is not None and msg.get("type") == "message":
                         self._dispatch(msg["data"])
             except asyncio.CancelledError:

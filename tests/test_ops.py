@@ -1,0 +1,185 @@
+"""What operators rely on: the demo, /metrics, graceful shutdown on SIGTERM, and worker processes.
+Each runs the real console entry point as a subprocess where the behaviour is about processes."""
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import httpx
+import openai
+import pytest
+import redis
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.gateway import PEPPER, seed
+from tests.procs import free_port, spawn, stop, wait_port
+from upgate import keyspace
+
+HELLO = [{"role": "user", "content": "Hello there, gateway!"}]
+
+
+def test_metrics_are_prometheus_text_without_key_material(node, redis_url):
+    key, _, _ = seed(redis_url, balance="100000")
+    c = openai.OpenAI(base_url=node.base, api_key=key, max_retries=0)
+    c.chat.completions.create(model="mock/chat-1", messages=HELLO)
+    with pytest.raises(openai.NotFoundError):
+        c.chat.completions.create(model="nope/none", messages=HELLO)
+    httpx.get(node.url + "/some/random/path")
+    text = httpx.get(node.url + "/metrics").text
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    reqs = {(s.labels["route"], s.labels["status"], s.labels["code"]): s.value
+            for s in families["upgate_requests"].samples if s.name == "upgate_requests_total"}
+    assert reqs[("/v1/chat/completions", "200", "")] == 1
+    assert reqs[("/v1/chat/completions", "404", "model_not_found")] == 1
+    assert ("unmatched", "404", "not_found") in reqs  # unknown paths never become labels
+    assert "upgate_overhead_seconds" in families and "upgate_upstream_seconds" in families
+    holds = {s.labels["outcome"]: s.value for s in families["upgate_holds"].samples if s.name.endswith("_total")}
+    assert holds == {"placed": 1.0, "settled": 1.0}
+    assert "upgate_open_streams" in families
+    assert "sk-up" not in text and key[-8:] not in text
+
+
+def test_metrics_token(make_node):
+    node = make_node(metrics_token="s3cret")
+    assert httpx.get(node.url + "/metrics").status_code == 401
+    assert httpx.get(node.url + "/metrics", headers={"Authorization": "Bearer s3cret"}).status_code == 200
+
+
+def _read_banner(proc, timeout=30) -> dict:
+    found, deadline = {}, time.time() + timeout
+    while time.time() < deadline and len(found) < 2:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        if m := re.search(r"base URL\s+(\S+)", line):
+            found["base"] = m.group(1)
+        if m := re.search(r"API key\s+(sk-up-\S+)", line):
+            found["key"] = m.group(1)
+    return found
+
+
+def test_demo_runs_end_to_end_with_the_openai_client():
+    port = free_port()
+    proc = spawn([sys.executable, "-m", "upgate.cli", "demo", "--port", str(port)],
+                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        info = _read_banner(proc)
+        assert info.get("key", "").startswith("sk-up-") and info["base"] == f"http://127.0.0.1:{port}/v1"
+        c = openai.OpenAI(base_url=info["base"], api_key=info["key"], max_retries=0)
+        assert c.chat.completions.create(model="mock/chat-1", messages=HELLO).choices[0].message.content
+        text = "".join(ch.choices[0].delta.content or "" for ch in
+                       c.chat.completions.create(model="mock/chat-1", messages=HELLO, stream=True) if ch.choices)
+        assert text.startswith("tok0")
+        assert c.embeddings.create(model="mock/embed-1", input="x").data
+        assert c.chat.completions.create(model="mock/chat-1:free", messages=HELLO).choices
+        assert {m.id for m in c.models.list()} == {"mock/chat-1", "mock/chat-1:free", "mock/embed-1"}
+    finally:
+        assert stop(proc, signal.SIGINT) == 0
+
+
+def _serve(redis_url, mock, tmp_path, *args, **env):
+    providers = tmp_path / "providers.toml"
+    providers.write_text(f'[providers.mock]\nbase_url = "{mock.base_url}"\ndialect = "openai"\n'
+                         '[providers.dead]\nbase_url = "http://127.0.0.1:9/v1"\ndialect = "openai"\n')
+    port = free_port()
+    proc = spawn([sys.executable, "-m", "upgate.cli", "serve", "--port", str(port), *args],
+                 env={"UPGATE_REDIS_URL": redis_url, "UPGATE_KEY_PEPPER": PEPPER,
+                      "UPGATE_PROVIDERS": str(providers), **env},
+                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_port(port, proc=proc)
+    return proc, f"http://127.0.0.1:{port}/v1"
+
+
+def _stream_in_thread(base, key, mock_opts, results, i):
+    def run():
+        c = openai.OpenAI(base_url=base, api_key=key, max_retries=0)
+        got = []
+        try:
+            for ch in c.chat.completions.create(model="mock/chat-1", messages=HELLO, stream=True,
+                                                extra_body={"mock": mock_opts}):
+                if ch.choices and ch.choices[0].delta.content:
+                    got.append(ch.choices[0].delta.content)
+            results[i] = ("done", len(got))
+        except openai.APIError as e:
+            results[i] = ("cut", len(got), getattr(e, "code", None))
+        except Exception as e:  # noqa: BLE001 - recorded for the assertion message
+            results[i] = ("error", repr(e))
+
+    t = threading.Thread(target=run)
+    t.start()
+    return t
+
+
+def _wallet(redis_url, account_id):
+    raw = redis.Redis.from_url(redis_url, decode_responses=True).hgetall(keyspace.wallet(account_id))
+    return int(raw["balance"]), int(raw.get("held", 0))
+
+
+def test_sigterm_lets_short_streams_finish(redis_url, make_node, mock, tmp_path):
+    make_node()  # loads the catalog
+    key, account_id, _ = seed(redis_url, balance="100000")
+    proc, base = _serve(redis_url, mock, tmp_path, UPGATE_SHUTDOWN_GRACE_S="10")
+    results = {}
+    threads = [_stream_in_thread(base, key, {"chunks": 10, "chunk_delay_ms": 100}, results, i) for i in range(3)]
+    time.sleep(0.4)
+    proc.send_signal(signal.SIGTERM)
+    for t in threads:
+        t.join(20)
+    assert proc.wait(20) == 0
+    assert all(r == ("done", 10) for r in results.values()), results
+    balance, held = _wallet(redis_url, account_id)
+    assert held == 0 and balance == 100_000_000_000 - 3 * (5 * 150_000 + 10 * 600_000)
+
+
+def test_sigterm_cuts_long_streams_after_the_grace_period_with_partial_settlement(redis_url, make_node, mock, tmp_path):
+    make_node()
+    key, account_id, _ = seed(redis_url, balance="100000")
+    proc, base = _serve(redis_url, mock, tmp_path, UPGATE_SHUTDOWN_GRACE_S="1")
+    results = {}
+    threads = [_stream_in_thread(base, key, {"chunks": 200, "chunk_delay_ms": 50}, results, i) for i in range(3)]
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGTERM)
+    for t in threads:
+        t.join(30)
+    assert proc.wait(30) == 0
+    assert all(r[0] == "cut" and 0 < r[1] < 200 for r in results.values()), results
+    balance, held = _wallet(redis_url, account_id)
+    full = 3 * (5 * 150_000 + 200 * 600_000)
+    assert held == 0 and 0 < 100_000_000_000 - balance < full
+    assert redis.Redis.from_url(redis_url).zcard(keyspace.streams(account_id)) == 0
+
+
+def test_worker_processes_share_one_port(redis_url, make_node, mock, tmp_path):
+    make_node()
+    key, _, _ = seed(redis_url, balance="100000")
+    proc, base = _serve(redis_url, mock, tmp_path, "--processes", "2")
+    try:
+        deadline = time.time() + 10
+        while len(_children(proc.pid)) < 2 and time.time() < deadline:
+            time.sleep(0.1)
+        assert len(_children(proc.pid)) == 2
+        c = openai.OpenAI(base_url=base, api_key=key, max_retries=0)
+        for _ in range(6):
+            assert c.chat.completions.create(model="mock/chat-1", messages=HELLO).choices
+    finally:
+        assert stop(proc) == 0
+    assert not _children(proc.pid)
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+                if int(fields[1]) == pid and fields[0] != "Z":
+                    out.append(int(entry))
+            except OSError:
+                continue
+    return out

@@ -1,0 +1,79 @@
+"""`upgate demo`: the whole gateway in one process, on the embedded store, with the built-in
+mock provider, a small catalog, one funded account and one printed key. Ctrl-C stops it."""
+from __future__ import annotations
+
+import asyncio
+import secrets
+from importlib import resources
+
+from upgate import accounts, catalog, keys, money, store
+from upgate import mock_upstream
+from upgate.server import bind, serve_forever, use_uvloop
+from upgate.settings import Settings
+from upgate.upstream.providers import Provider
+
+DEMO_BALANCE = "100000"
+
+
+def setup(redis_url: str, pepper: str) -> dict:
+    """Load the demo catalog, create the account and key; returns what the banner prints."""
+    client = store.connect_sync(redis_url)
+    text = resources.files("upgate").joinpath("demo_catalog.toml").read_text(encoding="utf-8")
+    catalog.store(client, catalog.parse(text, {"mock"}))
+    account_id = accounts.create_account(client, "09120000000", money.parse_toman(DEMO_BALANCE))
+    key, key_id, _prefix = keys.create_key(client, pepper, account_id, name="demo")
+    return {"account_id": account_id, "key": key, "key_id": key_id}
+
+
+def banner(port: int, info: dict) -> str:
+    base = f"http://127.0.0.1:{port}/v1"
+    key = info["key"]
+    return f"""
+upgate demo is running (embedded store, mock provider; nothing leaves this machine).
+
+  base URL   {base}
+  API key    {key}
+  account    {info['account_id']}  (balance {DEMO_BALANCE} toman)
+  models     mock/chat-1 (paid), mock/chat-1:free, mock/embed-1 (embeddings)
+
+Try it:
+
+  curl -s {base}/chat/completions -H "Authorization: Bearer {key}" \\
+    -H "Content-Type: application/json" \\
+    -d '{{"model": "mock/chat-1", "messages": [{{"role": "user", "content": "Hello"}}]}}'
+
+  curl -s {base}/svc/me -H "Authorization: Bearer {key}"
+
+  python -c 'from openai import OpenAI; c = OpenAI(base_url="{base}", api_key="{key}"); print(c.chat.completions.create(model="mock/chat-1", messages=[{{"role": "user", "content": "Hi"}}]).choices[0].message.content)'
+
+Ctrl-C stops it.
+""".rstrip() + "\n"
+
+
+async def _main(port: int, mock_port: int) -> None:
+    pepper = secrets.token_hex(16)
+    settings = Settings(redis_url="memory://", key_pepper=pepper, providers_path="(demo)")
+    await mock_upstream.serve(mock_port)
+    providers = {"mock": Provider(name="mock", base_url=f"http://127.0.0.1:{mock_port}/v1",
+                                  api_key="mock-demo", dialect="openai", available=True)}
+    info = setup(settings.redis_url, pepper)
+    sockets = bind(port, "127.0.0.1")
+    await serve_forever(settings, providers, sockets,
+                        ready=lambda ctx: print(banner(port, info), flush=True))
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run(port: int, mock_port: int | None = None) -> None:
+    store.reset_memory()
+    use_uvloop()
+    try:
+        asyncio.run(_main(port, mock_port or _free_port()))
+    except KeyboardInterrupt:  # Ctrl-C before the signal handlers were installed
+        pass

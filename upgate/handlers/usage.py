@@ -1,0 +1,44 @@
+"""GET /v1/svc/usage?group_by=key|model|day&from=YYYY-MM-DD&to=YYYY-MM-DD (Jalali, Tehran days).
+
+Read from the aggregates that settle.lua keeps per account and day; no per-request log and no
+content exist to read. Defaults to the current Jalali month. Not counted toward rpm.
+"""
+from __future__ import annotations
+
+from upgate import jalali, usage
+from upgate.errors import GatewayError
+from upgate.handlers.base import BaseHandler
+
+MAX_DAYS = 366
+
+
+def parse_range(start: str | None, end: str | None) -> list[str]:
+    first, last = jalali.this_month()
+    try:
+        if start:
+            first = jalali.parse_day(start)
+        if end:
+            last = jalali.parse_day(end)
+    except ValueError as e:
+        raise GatewayError("invalid_request", str(e)) from None
+    if last < first:
+        raise GatewayError("invalid_request", "`to` is before `from`.")
+    days = jalali.days(first, last)
+    if len(days) > MAX_DAYS:
+        raise GatewayError("invalid_request", f"At most {MAX_DAYS} days per report.")
+    return days
+
+
+class UsageHandler(BaseHandler):
+    async def get(self) -> None:
+        ctx = self.ctx
+        key, _account = await ctx.auth.authenticate(self.request.headers)
+        self.set_rate(await ctx.ledger.rate_peek(key.account_id, key.key_id))
+        group_by = self.get_query_argument("group_by", "key")
+        if group_by not in ("key", "model", "day"):
+            raise GatewayError("invalid_request", "`group_by` must be key, model or day.")
+        days = parse_range(self.get_query_argument("from", None), self.get_query_argument("to", None))
+        rows = await usage.afetch(ctx.redis, key.account_id, days)
+        report = usage.report(rows, group_by)
+        report.update({"account_id": key.account_id, "from": days[0], "to": days[-1], "group_by": group_by})
+        self.write_json(report)

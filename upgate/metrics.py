@@ -1,0 +1,114 @@
+"""Prometheus metrics for one node, and the per-request JSON access-log line.
+
+Neither ever holds prompt or response content or key material: the log names the key by its
+display prefix only. The log line is handed to a background thread (QueueHandler), so a slow
+log reader never blocks the event loop.
+"""
+from __future__ import annotations
+
+import atexit
+import logging
+import logging.handlers
+import queue
+import sys
+import time
+
+import orjson
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+_FAST = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1)
+_SLOW = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
+
+
+class Metrics:
+    def __init__(self, ctx):
+        r = self.registry = CollectorRegistry()
+        self.requests = Counter("upgate_requests_total", "Requests by route, status and error code",
+                                ["route", "status", "code"], registry=r)
+        self.overhead = Histogram("upgate_overhead_seconds", "Time spent in the gateway itself "
+                                  "(total minus upstream)", ["route"], buckets=_FAST, registry=r)
+        self.upstream = Histogram("upgate_upstream_seconds", "Time waiting on the provider",
+                                  ["provider"], buckets=_SLOW, registry=r)
+        self.holds = Counter("upgate_holds_total", "Holds by outcome", ["outcome"], registry=r)
+        self.upstream_errors = Counter("upgate_upstream_errors_total", "Provider failures",
+                                       ["provider", "code"], registry=r)
+        self.cooldowns = Counter("upgate_cooldowns_total", "Models turned cold", ["model"], registry=r)
+        streams = Gauge("upgate_open_streams", "Streams open on this node", registry=r)
+        streams.set_function(lambda: sum(1 for h in ctx.inflight.values() if h.stream))
+        inflight = Gauge("upgate_inflight_requests", "Billable requests in flight on this node", registry=r)
+        inflight.set_function(lambda: len(ctx.inflight))
+
+    def render(self) -> tuple[bytes, str]:
+        return generate_latest(self.registry), CONTENT_TYPE_LATEST
+
+
+def access_logger() -> logging.Logger:
+    """`upgate.access`: one JSON object a line on stdout, written by a background thread."""
+    log = logging.getLogger("upgate.access")
+    if not log.handlers:
+        q: queue.SimpleQueue = queue.SimpleQueue()
+        out = logging.StreamHandler(sys.stdout)
+        out.setFormatter(logging.Formatter("%(message)s"))
+        listener = logging.handlers.QueueListener(q, out)
+        listener.start()
+        atexit.register(listener.stop)
+        log.addHandler(logging.handlers.QueueHandler(q))
+        log.setLevel(logging.INFO)
+        log.propagate = False
+    return log
+
+
+def observe(ctx, handler) -> None:
+    """Called once per request from BaseHandler.on_finish."""
+    route = _route(handler)
+    status = handler.get_status()
+    err = handler.error
+    code = err.code if err is not None else ""
+    total = time.monotonic() - handler.started
+    upstream_ms = getattr(handler, "upstream_ms", 0.0)
+    m = ctx.metrics
+    if m is not None:
+        m.requests.labels(route, str(status), code).inc()
+        if route.startswith("/v1/") and route != "/v1/models":
+            m.overhead.labels(route).observe(max(0.0, total - upstream_ms / 1000))
+        answered = getattr(handler, "answered", None)
+        if answered is not None and upstream_ms:
+            m.upstream.labels(answered.provider).observe(upstream_ms / 1000)
+        outcome = getattr(handler, "billing", None)
+        if outcome:
+            m.holds.labels("placed").inc()
+            m.holds.labels(outcome).inc()
+        if err is not None and code.startswith(("upstream_", "free_capacity")):
+            m.upstream_errors.labels(answered.provider if answered else "-", code).inc()
+    if ctx.access_log is None:
+        return
+    key = getattr(handler, "key", None)
+    hold = getattr(handler, "hold", None)
+    answered = getattr(handler, "answered", None)
+    ctx.access_log.info(orjson.dumps({
+        "ts": round(time.time(), 3),
+        "request_id": handler.request_id,
+        "method": handler.request.method,
+        "route": route,
+        "status": status,
+        "code": code or None,
+        "key": key.prefix if key is not None else None,
+        "account": key.account_id if key is not None else None,
+        "model": answered.id if answered is not None else None,
+        "stream": bool(getattr(handler, "stream", False)),
+        "upstream_ms": round(upstream_ms, 2),
+        "overhead_ms": round(max(0.0, total * 1000 - upstream_ms), 3),
+        "cost_micro": getattr(handler, "cost_micro", 0) if hold is not None else 0,
+    }).decode())
+
+
+def _route(handler) -> str:
+    """A bounded label: the route, never a raw unknown path (that would let anyone grow the
+    metric's cardinality without limit)."""
+    path = handler.request.path
+    if type(handler).__name__ in ("NotFoundHandler", "ResponsesHandler"):
+        return "unmatched"
+    if path.startswith("/v1/models/"):
+        return "/v1/models/{id}"
+    return path

@@ -1,0 +1,77 @@
+"""The usage report, from the daily aggregates settle.lua keeps per account.
+
+Each Tehran day of an account has one hash, ``keyspace.usage(account, day)``, whose fields are
+``<dimension>|<name>|<metric>``: dimension ``key`` (name = key id), ``model`` (name = model id)
+or ``total`` (name ``*``); metric ``requests``, ``prompt_tokens``, ``completion_tokens`` or
+``cost`` (micro-toman). No per-request log and no content exist to read.
+"""
+from __future__ import annotations
+
+from upgate import keyspace, money
+
+GROUPS = {"key": "key_id", "model": "model", "day": "day"}
+METRICS = ("requests", "prompt_tokens", "completion_tokens", "cost")
+
+
+def _text(value) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _blank() -> dict:
+    return {m: 0 for m in METRICS}
+
+
+def _render(counts: dict) -> dict:
+    return {"requests": counts["requests"], "prompt_tokens": counts["prompt_tokens"],
+            "completion_tokens": counts["completion_tokens"], "cost_toman": money.fmt(counts["cost"])}
+
+
+def report(days: dict[str, dict], group_by: str) -> dict:
+    """days: Tehran day "YYYY-MM-DD" → that day's raw usage hash (bytes or str). Returns
+    ``{"rows": [{<key_id|model|day>, requests, prompt_tokens, completion_tokens, cost_toman}],
+    "totals": {...}}`` with amounts as six-fractional-digit strings. Rows by key or model are
+    sorted by cost (highest first), rows by day by date; days without requests are left out."""
+    if group_by not in GROUPS:
+        raise ValueError(f"group_by must be one of {', '.join(GROUPS)}")
+    groups: dict[str, dict] = {}
+    totals = _blank()
+    for day in sorted(days):
+        for raw_field, raw_value in (days[day] or {}).items():
+            field = _text(raw_field)
+            dim, _, rest = field.partition("|")
+            name, _, metric = rest.rpartition("|")
+            if metric not in METRICS:
+                continue
+            try:
+                value = int(_text(raw_value))
+            except ValueError:
+                continue
+            if dim == "total":
+                totals[metric] += value
+                if group_by == "day":
+                    groups.setdefault(day, _blank())[metric] += value
+            elif dim == group_by:
+                groups.setdefault(name, _blank())[metric] += value
+    label = GROUPS[group_by]
+    rows = [{label: name, **_render(c)} for name, c in groups.items() if c["requests"] or c["cost"]]
+    if group_by == "day":
+        rows.sort(key=lambda r: r["day"])
+    else:
+        rows.sort(key=lambda r: (-groups[r[label]]["cost"], r[label]))
+    return {"rows": rows, "totals": _render(totals)}
+
+
+def fetch(client, account_id: str, days: list[str]) -> dict[str, dict]:
+    """The raw daily hashes, one pipeline of HGETALLs (sync client: the operator CLI)."""
+    pipe = client.pipeline(transaction=False)
+    for day in days:
+        pipe.hgetall(keyspace.usage(account_id, day))
+    return dict(zip(days, pipe.execute()))
+
+
+async def afetch(client, account_id: str, days: list[str]) -> dict[str, dict]:
+    """The raw daily hashes, one pipeline of HGETALLs (async client: the usage endpoint)."""
+    pipe = client.pipeline(transaction=False)
+    for day in days:
+        pipe.hgetall(keyspace.usage(account_id, day))
+    return dict(zip(days, await pipe.execute()))
