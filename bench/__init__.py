@@ -1,0 +1,1 @@
+"""The benchmark of one upgate gateway process against the mock provider: `python -m bench`."""
