@@ -41,6 +41,8 @@ from tornado import netutil, web
 from tornado.httpserver import HTTPServer
 from tornado.iostream import StreamClosedError
 
+from upgate.nodelay import keep_nodelay
+
 FAKE_KEY = "sk-mock-SECRET123"
 FAKE_ORG = "org-mockorg"
 MAX_WAIT_S = 600.0  # no mock wait is ever longer than this
@@ -102,7 +104,7 @@ class MockHTTPServer(HTTPServer):
 
     def handle_stream(self, stream, address) -> None:
         self.mock_state.connections += 1
-        stream.set_nodelay(True)  # every chunk leaves as soon as it is flushed
+        keep_nodelay(stream)  # every chunk leaves as soon as it is flushed
         super().handle_stream(stream, address)
 
 

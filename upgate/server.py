@@ -19,6 +19,7 @@ import tornado.netutil
 
 from upgate.app import make_app
 from upgate.context import Context
+from upgate.nodelay import keep_nodelay
 from upgate.settings import Settings
 
 log = logging.getLogger("upgate")
@@ -26,8 +27,7 @@ log = logging.getLogger("upgate")
 
 class GatewayHTTPServer(tornado.httpserver.HTTPServer):
     def handle_stream(self, stream, address) -> None:
-        # Small SSE writes must leave at once: Nagle + delayed ACK would add ~40 ms per chunk.
-        stream.set_nodelay(True)
+        keep_nodelay(stream)
         super().handle_stream(stream, address)
 
 
