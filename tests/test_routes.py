@@ -57,3 +57,22 @@ def test_wrong_method_on_a_real_route_is_an_error_in_shape(node):
     assert resp.status_code == 405
     assert resp.json()["error"]["code"] == "invalid_request"
     assert "X-Svc-Request-Id" in resp.headers
+
+
+@pytest.mark.parametrize("method,path", [("GET", "/v1/files"), ("POST", "/v1/responses"), ("GET", "/nope")])
+def test_a_404_keeps_the_connection_alive_for_the_next_request(node, method, path):
+    """A client's pool reuses the connection after an error: it must not be closed under it."""
+    import http.client
+
+    conn = http.client.HTTPConnection("127.0.0.1", node.port, timeout=5)
+    conn.request(method, path, body=b'{"model": "x"}')
+    first = conn.getresponse()
+    first.read()
+    assert first.status == 404 and first.getheader("Connection") != "close"
+    sock = conn.sock
+    conn.request("GET", "/healthz")
+    second = conn.getresponse()
+    second.read()
+    assert second.status == 200
+    assert conn.sock is sock  # the same TCP connection answered both
+    conn.close()

@@ -138,19 +138,24 @@ class BaseHandler(tornado.web.RequestHandler):
 
 
 class NotFoundHandler(BaseHandler):
-    """Every route the spec does not define, under any method: 404 not_found."""
+    """Every route the spec does not define, under any method: 404 not_found.
+
+    Answered from the verb method, after the (at most 20 MB) body was read: answering from
+    prepare() would make Tornado close the kept-alive connection rather than read the body,
+    and a client that reuses it (every SDK's pool) would see a reset on its next request.
+    """
 
     SUPPORTED_METHODS = ("GET", "HEAD", "POST", "DELETE", "PATCH", "PUT", "OPTIONS")
 
-    def prepare(self) -> None:
-        super().prepare()
-        raise GatewayError("not_found", f"Unknown route: {self.request.method} {self.request.path}")
+    def message(self) -> str:
+        return f"Unknown route: {self.request.method} {self.request.path}"
+
+    def _not_found(self, *_args) -> None:
+        raise GatewayError("not_found", self.message())
+
+    get = head = post = delete = patch = put = options = _not_found
 
 
 class ResponsesHandler(NotFoundHandler):
-    def prepare(self) -> None:
-        BaseHandler.prepare(self)
-        raise GatewayError(
-            "not_found",
-            "POST /v1/responses is not enabled yet. Use POST /v1/chat/completions instead.",
-        )
+    def message(self) -> str:
+        return "POST /v1/responses is not enabled yet. Use POST /v1/chat/completions instead."
