@@ -205,3 +205,15 @@ def test_a_node_started_before_any_catalog_picks_up_the_first_one(make_node, red
     load(redis_url)
     wait_for(lambda: node.ctx.catalog.loaded)
     assert len(client(node).models.list().data) == 3
+
+
+@pytest.mark.parametrize("path", ["/models/acme%252Fchat-1", "/models/acme%252Fchat-1%253Afree",
+                                  "/models/acme%252fchat-1:free"])
+def test_the_path_is_decoded_once_not_twice(acme_node, path):
+    """Tornado decodes the path argument once; `%252F` is a literal `%2F` in the id, which
+    no model id can hold. Decoding twice would resolve it to acme/chat-1."""
+    status, headers, body = get(acme_node, path)
+    assert status == 404 and body["error"]["code"] == "model_not_found"
+    assert body["error"]["type"] == "model_not_found" and body["error"]["param"] is None
+    assert headers["x-should-retry"] == "false"
+    assert "%2F" in body["error"]["message"] or "%2f" in body["error"]["message"]

@@ -5,8 +5,6 @@ No key is needed and nothing is counted toward rpm. Both read the node's in-memo
 """
 from __future__ import annotations
 
-from urllib.parse import unquote
-
 from upgate.handlers.base import BaseHandler
 
 
@@ -19,7 +17,9 @@ class ModelsHandler(BaseHandler):
 
 class ModelHandler(BaseHandler):
     """One model record. The openai client percent-encodes the id's slash
-    (`acme%2Fchat-1:free`): both forms are accepted. Unknown, hidden or malformed → 404."""
+    (`acme%2Fchat-1:free`): Tornado already decodes the path argument once, so both forms
+    arrive here as `acme/chat-1:free`. It is not decoded again: `acme%252Fchat-1` stays
+    `acme%2Fchat-1`, a malformed id. Unknown, hidden or malformed → 404."""
 
     def get(self, model_id: str) -> None:
-        self.finish(self.ctx.catalog.record_json(unquote(model_id)))
+        self.finish(self.ctx.catalog.record_json(model_id))
