@@ -217,3 +217,70 @@ def test_the_path_is_decoded_once_not_twice(acme_node, path):
     assert body["error"]["type"] == "model_not_found" and body["error"]["param"] is None
     assert headers["x-should-retry"] == "false"
     assert "%2F" in body["error"]["message"] or "%2f" in body["error"]["message"]
+
+
+# ---- X-RateLimit-* on the keyless routes --------------------------------------------------------
+
+RATE = ("X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset")
+
+
+def rate_of(headers) -> tuple[int, int, int] | None:
+    present = [h for h in RATE if headers.get(h) is not None]
+    if not present:
+        return None
+    assert len(present) == 3, present  # all three or none
+    return tuple(int(headers[h]) for h in RATE)
+
+
+def test_a_valid_key_gets_rate_headers_without_counting(acme_node, redis_url):
+    import httpx
+
+    from tests.gateway import seed
+
+    key, _, _ = seed(redis_url, rpm=7)
+    for headers in ({"Authorization": f"Bearer {key}"}, {"X-API-Key": key}):
+        for path in ("/models", "/models/acme%2Fchat-1:free", "/models/acme/chat-1"):
+            status, h, _ = get(acme_node, path, headers)
+            assert status == 200
+            limit, remaining, reset = rate_of(h)
+            assert (limit, remaining) == (7, 7)  # read, never counted
+            assert reset >= int(time.time())
+        # the error path of the keyed request carries them too
+        status, h, body = get(acme_node, "/models/acme/unknown", headers)
+        assert status == 404 and body["error"]["code"] == "model_not_found"
+        assert rate_of(h)[:2] == (7, 7)
+
+    # a counted request shows up in the next peek; the openai client sees the headers
+    resp = httpx.post(acme_node.base + "/chat/completions", headers={"Authorization": f"Bearer {key}"},
+                      json={"model": "acme/chat-1", "max_tokens": 5,
+                            "messages": [{"role": "user", "content": "hi"}]}, timeout=30)
+    assert resp.status_code == 200, resp.text
+    raw = client(acme_node, key).models.with_raw_response.list()
+    assert rate_of(raw.headers)[:2] == (7, 6)
+    raw = client(acme_node, key).models.with_raw_response.retrieve("acme/chat-1:free")
+    assert rate_of(raw.headers)[:2] == (7, 6)
+    assert raw.parse().id == "acme/chat-1:free"
+
+
+def test_a_missing_or_invalid_key_never_fails_the_keyless_routes(acme_node, redis_url):
+    from tests.gateway import seed
+    from upgate import accounts, keys
+
+    db = store.connect_sync(redis_url)
+    revoked, _, revoked_id = seed(redis_url, phone="09120000001")
+    keys.revoke_key(db, revoked_id)
+    suspended, suspended_acct, _ = seed(redis_url, phone="09120000002")
+    accounts.suspend(db, suspended_acct)
+    for headers in ({}, {"Authorization": f"Bearer {KEY}"}, {"X-API-Key": KEY},
+                    {"Authorization": "Bearer"}, {"Authorization": "Basic abc"},
+                    {"X-API-Key": "sk-up-short"}, {"Authorization": f"Bearer {revoked}"},
+                    {"X-API-Key": suspended}):
+        for path in ("/models", "/models/acme%2Fchat-1:free"):
+            status, h, body = get(acme_node, path, headers)
+            assert status == 200, (headers.keys(), path, body)
+            assert rate_of(h) is None
+        status, h, body = get(acme_node, "/models/acme/unknown", headers)
+        assert status == 404 and body["error"]["code"] == "model_not_found"
+        assert rate_of(h) is None
+    # and through the openai client with an unknown key
+    assert len(client(acme_node).models.list().data) == 3
