@@ -1,4 +1,6 @@
-"""Authentication and the account-state endpoint over real HTTP against a running node."""
+"""Authentication and the account-state endpoint over real HTTP against a running node,
+and the auth cache's behaviour when an invalidation event races a load."""
+import asyncio
 import subprocess
 import sys
 import time
@@ -12,6 +14,8 @@ from tests.gateway import PEPPER, seed
 from tests.procs import free_port, spawn, stop, wait_port
 from tests.test_routes import assert_error
 from upgate import accounts, keys, keyspace, store
+from upgate.auth import Auth
+from upgate.errors import GatewayError
 
 
 def me(node, headers):
@@ -101,3 +105,122 @@ def test_revocation_reaches_a_second_gateway_process_on_its_next_request(redis_u
         assert me(node, {"X-API-Key": key}).status_code == 401
     finally:
         assert stop(proc) == 0
+
+
+# ---- the auth cache against an event handled while a load is waiting for Redis ---------------------
+
+class GatedRedis:
+    """A real redis.asyncio client whose HGETALL of one chosen hash reads the record, then
+    waits at a gate before answering: the load has its (soon stale) record in hand while the
+    test changes the record and delivers the event, exactly the race's interleaving."""
+
+    def __init__(self, real):
+        self.real = real
+        self.hold_name: str | None = None
+        self.reached = asyncio.Event()
+        self.gate = asyncio.Event()
+        self.hgetalls: list[str] = []
+
+    def __getattr__(self, name):
+        return getattr(self.real, name)
+
+    async def hgetall(self, name):
+        self.hgetalls.append(name)
+        raw = await self.real.hgetall(name)
+        if name == self.hold_name:
+            self.hold_name = None  # once
+            self.reached.set()
+            await self.gate.wait()
+        return raw
+
+
+def run_race(redis_url, key, hold_name, change, event, check):
+    """authenticate(key) with the HGETALL of `hold_name` held at the gate; meanwhile `change()`
+    (the admin write) runs and `event(auth)` is delivered; then the gate opens. `check(auth,
+    first, client)` sees the first request's result."""
+    async def scenario():
+        real = store.connect_async(redis_url)
+        client = GatedRedis(real)
+        auth = Auth(client, PEPPER)
+        try:
+            client.hold_name = hold_name
+            task = asyncio.ensure_future(auth.authenticate({"X-API-Key": key}))
+            await asyncio.wait_for(client.reached.wait(), 5)
+            change()
+            event(auth)
+            client.gate.set()
+            first = await asyncio.wait_for(task, 5)
+            await check(auth, first, client)
+        finally:
+            await real.aclose()
+    asyncio.run(scenario())
+
+
+def test_a_key_loaded_across_an_event_is_returned_but_not_cached(redis_url):
+    db = store.connect_sync(redis_url)
+    key, account_id, key_id = seed(redis_url, allowed_models=["mock/chat-1"])
+    digest = keys.digest(key, PEPPER)
+
+    async def check(auth, first, client):
+        info, _ = first
+        assert info.allowed_models == {"mock/chat-1"}  # read before the change: served once
+        assert digest not in auth._keys  # ... but not cached
+        again, _ = await auth.authenticate({"X-API-Key": key})
+        assert again.allowed_models == {"mock/chat-big"}  # the next request loads afresh
+        n = len(client.hgetalls)
+        third, _ = await auth.authenticate({"X-API-Key": key})  # now it is cached
+        assert third.allowed_models == {"mock/chat-big"} and len(client.hgetalls) == n
+
+    run_race(redis_url, key, keyspace.key_record(account_id, key_id),
+             lambda: keys.update_key(db, key_id, allowed_models=["mock/chat-big"]),
+             lambda auth: auth.on_event({"t": "key", "hash": digest}), check)
+
+
+def test_an_account_loaded_across_an_event_is_returned_but_not_cached(redis_url):
+    db = store.connect_sync(redis_url)
+    key, account_id, _ = seed(redis_url)
+
+    async def check(auth, first, client):
+        _, account = first
+        assert account.suspended is False  # read before the suspension
+        assert account_id not in auth._accounts
+        with pytest.raises(GatewayError) as exc:
+            await auth.authenticate({"X-API-Key": key})
+        assert exc.value.code == "account_suspended"
+
+    run_race(redis_url, key, keyspace.wallet(account_id), lambda: accounts.suspend(db, account_id),
+             lambda auth: auth.on_event({"t": "account", "id": account_id}), check)
+
+
+def test_a_flush_during_a_load_also_keeps_it_out_of_the_cache(redis_url):
+    db = store.connect_sync(redis_url)
+    key, account_id, key_id = seed(redis_url, rpm=10)
+
+    async def check(auth, first, client):
+        assert first[0].rpm == 10 and not auth._keys  # the account loads after the flush: cached
+        assert (await auth.authenticate({"X-API-Key": key}))[0].rpm == 20
+
+    run_race(redis_url, key, keyspace.key_record(account_id, key_id),
+             lambda: keys.update_key(db, key_id, rpm=20), lambda auth: auth.flush(), check)
+
+
+def test_without_an_event_a_load_is_cached(redis_url):
+    key, account_id, key_id = seed(redis_url)
+
+    async def check(auth, first, client):
+        assert keys.digest(key, PEPPER) in auth._keys and account_id in auth._accounts
+        n = len(client.hgetalls)
+        await auth.authenticate({"X-API-Key": key})
+        assert len(client.hgetalls) == n  # served from the cache
+
+    run_race(redis_url, key, keyspace.key_record(account_id, key_id), lambda: None, lambda auth: None, check)
+
+
+def test_an_unrelated_event_type_does_not_block_caching(redis_url):
+    key, account_id, key_id = seed(redis_url)
+
+    async def check(auth, first, client):
+        assert keys.digest(key, PEPPER) in auth._keys
+
+    run_race(redis_url, key, keyspace.key_record(account_id, key_id), lambda: None,
+             lambda auth: auth.on_event({"t": "catalog", "version": "9"}), check)
