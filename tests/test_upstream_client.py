@@ -267,3 +267,26 @@ async def test_close_fails_calls_in_flight(server, client):
     call = chat(server, client, stream=False)  # the client opens a fresh pool on demand
     await call.start()
     assert call.status == 200
+
+
+@with_mock(max_clients=300, silence_s=30)
+async def test_the_handle_pool_grows_past_its_first_handles_and_stops_at_max_clients(server, client):
+    """Tornado would create every handle up front; ours start few and grow on demand, so 120
+    streams held open at once (gated by the mock) all get their headers, none waits queued."""
+    calls = [chat(server, client, gate_after=1, chunks=3) for _ in range(120)]
+    await asyncio.wait_for(asyncio.gather(*(c.start() for c in calls)), 20)
+    pool = client._http
+    assert 120 <= len(pool._curls) < 300  # grown on demand, not all created up front
+    for c in calls:
+        c.cancel()
+
+
+@with_mock(max_clients=40, silence_s=30)
+async def test_transfers_past_max_clients_wait_for_a_free_handle(server, client):
+    calls = [chat(server, client, gate_after=1, chunks=3) for _ in range(50)]
+    await until(lambda: server.mock_state.active >= 40)
+    await asyncio.sleep(0.2)
+    assert server.mock_state.active == 40  # ten are queued in the gateway, not sent
+    assert len(client._http._curls) == 40
+    for c in calls:
+        c.cancel()
