@@ -13,6 +13,9 @@
         must stay within it), then the wallet (balance ≥ 0 and balance − held ≥ this hold);
     then the hold is placed: wallet.held and key.held grow by the hold, a hold record with a
     lease deadline is written and indexed for the reaper (and the stream slot taken).
+  Idempotent by hold id: when the hold record already exists (this call was sent again after
+  its reply was lost), nothing is checked or changed and the first admission is answered again
+  (code 0 with the hold's amount and deadline; the rate values read from the window).
 
   Input:
     KEYS[1] wallet hash                         {a:<acct>}:wallet
@@ -40,6 +43,7 @@
   Output: {code, limit, remaining, reset_ms, retry_after_ms, a, b, c}
     limit/remaining/reset_ms: the X-RateLimit-* values (0, 0, 0 for codes 1 and 2)
     code 0 ok                          a = hold amount, b = lease deadline ms, c = 0
+                                       (also for a hold id admitted before: nothing changed)
     code 1 invalid_api_key
     code 2 account_suspended
     code 3 rate_limit_exceeded         retry_after_ms = until the oldest entry leaves the window
@@ -61,6 +65,27 @@ local free_default = tonumber(ARGV[9])
 local free_ttl_ms = ARGV[10]
 local account_id, key_id = ARGV[11], ARGV[12]
 local now = clock_ms(ARGV[13])
+
+-- a hold id admitted before: answer that admission again and change nothing (a retried call
+-- must never reserve twice, count twice in the window or take a second free request)
+local seen = rcall('HMGET', hold_key, 'amount', 'deadline')
+if seen[1] then
+  local limit = tonumber(rcall('HGET', key_record, 'rpm')) or RPM_DEFAULT
+  local counted_at = tonumber(rcall('ZSCORE', rpm_key, hold_id))
+  local used, reset_ms
+  if counted_at then -- as the first call saw it: the window up to its own entry, included
+    used = rcall('ZCOUNT', rpm_key, '(' .. istr(counted_at - RPM_WINDOW_MS), istr(counted_at))
+    reset_ms = counted_at + RPM_WINDOW_MS
+  else
+    used = rcall('ZCOUNT', rpm_key, '(' .. istr(now - RPM_WINDOW_MS), '+inf')
+    reset_ms = window_reset_ms(rpm_key, now)
+  end
+  local remaining = limit - used
+  if remaining < 0 then
+    remaining = 0
+  end
+  return {0, limit, remaining, reset_ms, 0, tonumber(seen[1]) or 0, tonumber(seen[2]) or 0, 0}
+end
 
 -- 0. the authoritative key and account state
 local k = rcall('HMGET', key_record, 'revoked', 'expires_at', 'rpm', 'monthly_limit', 'held',

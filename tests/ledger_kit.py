@@ -45,13 +45,9 @@ def seed_key(r, acct: str = ACCT, key: str = KEY, **fields) -> None:
 
 
 def connect(url: str):
-    """store.connect_async, except that a cluster client gets room for this suite's bursts:
-    redis-py's async cluster client opens one connection per in-flight command per node and
-    fails at once (MaxConnectionsError) past `max_connections`, 100 by default."""
-    if store.is_cluster(url):
-        import redis.asyncio as aioredis
-
-        return aioredis.RedisCluster.from_url(store._cluster_seed(url), max_connections=1024)
+    """The gateway's own client (store.connect_async): on a cluster, no command retries and 512
+    connections per node (redis-py's async cluster client opens one per in-flight command and
+    fails at once, MaxConnectionsError, past that)."""
     return store.connect_async(url)
 
 
@@ -232,3 +228,49 @@ def check_sliding_window(url: str, sync, rpm: int = 7, seed: int = 3) -> None:
     for a in accepted:
         assert sum(1 for b in accepted if a - 60_000 < b <= a) <= rpm
     assert len(accepted) > rpm  # the window slid
+
+
+def check_retried_admit_is_idempotent(url: str, sync) -> None:
+    """admit.lua run twice with one hold id (a client retry after a lost reply: the script ran,
+    the client sends it again): the second run changes nothing and answers the first admission.
+    Then one settle leaves nothing held and charges the wallet once."""
+    seed_account(sync, balance=10 * TOMAN)
+    seed_key(sync, rpm=600)
+
+    async def body(L):
+        real, replies = L._admit, []
+
+        async def twice(client, keys, args):
+            replies.append(await real(client, keys, args))
+            replies.append(await real(client, keys, args))
+            return replies[-1]
+
+        L._admit = twice
+        paid = await L.admit(account_id=ACCT, key_id=KEY, model="m/a", hold_micro=3 * TOMAN, stream=True,
+                             free=False, now_ms=T0)
+        free = await L.admit(account_id=ACCT, key_id=KEY, model="m/a", hold_micro=0, stream=False, free=True,
+                             now_ms=T0 + 1_000)
+        L._admit = real
+        assert [int(x) for x in replies[0]] == [int(x) for x in replies[1]]
+        assert [int(x) for x in replies[2]] == [int(x) for x in replies[3]]
+        assert paid.hold_micro == 3 * TOMAN and paid.rate.remaining == 600 - 1
+        assert free.rate.remaining == 600 - 2
+        w = await L.client.hgetall(keyspace.wallet(ACCT))
+        assert int(w[b"held"]) == 3 * TOMAN
+        assert int(await L.client.hget(keyspace.key_record(ACCT, KEY), "held")) == 3 * TOMAN
+        assert await L.client.zcard(keyspace.streams(ACCT)) == 1
+        assert await L.client.zcard(keyspace.holds(ACCT)) == 2
+        assert await L.client.zcard(keyspace.rpm(ACCT, KEY)) == 2
+        day = (await L.client.hget(keyspace.hold(ACCT, free.hold_id), "day")).decode()
+        assert int(await L.client.get(keyspace.free(ACCT, day))) == 1
+        assert await L.settle(ACCT, paid.hold_id, key_id=KEY, model="m/a", cost_micro=2 * TOMAN,
+                              prompt_tokens=1, completion_tokens=1)
+        assert await L.release(ACCT, free.hold_id)
+
+    run(url, body)
+    assert i(sync.hget(keyspace.wallet(ACCT), "held")) == 0
+    assert i(sync.hget(keyspace.wallet(ACCT), "balance")) == 8 * TOMAN
+    rec = h(sync, keyspace.key_record(ACCT, KEY))
+    assert i(rec.get("held")) == 0
+    assert sum(int(v) for k, v in rec.items() if k.startswith("spent:")) == 2 * TOMAN
+    assert sync.zcard(keyspace.holds(ACCT)) == 0 and sync.zcard(keyspace.streams(ACCT)) == 0

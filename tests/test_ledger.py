@@ -7,6 +7,7 @@ import math
 
 import pytest
 
+from tests import ledger_kit as kit
 from tests.ledger_kit import (ACCT, KEY, T0, TOMAN, h, i, outcome, run, seed_account, seed_key, settings,
                               tehran_ts)
 from upgate import jalali, keyspace
@@ -402,6 +403,10 @@ def test_free_requests_ignore_wallet_and_monthly_limit(redis_url, r):
         return await outcome(admit(L, 10 * TOMAN, free=True))
 
     assert run(redis_url, body) == "ok"
+
+
+def test_admit_run_twice_with_one_hold_id_reserves_once(redis_url, r):
+    kit.check_retried_admit_is_idempotent(redis_url, r)
 
 
 # ---- settle and release -------------------------------------------------------------------------

@@ -30,6 +30,10 @@ def test_cluster_client_is_sharded(cluster_url):
     assert run(cluster_url, body) is True
 
 
+def test_admit_run_twice_with_one_hold_id_reserves_once(cluster_url, sync):
+    kit.check_retried_admit_is_idempotent(cluster_url, sync)
+
+
 def test_200_parallel_admits_against_a_wallet_for_exactly_n(cluster_url, sync):
     kit.check_parallel_wallet(cluster_url, sync)
 

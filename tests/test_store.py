@@ -26,3 +26,42 @@ def test_memory_store_shares_data_between_sync_and_async(memory_url):
         return await store.connect_async(memory_url).get("k")
 
     assert asyncio.run(read()) == b"v"
+
+
+def test_cluster_clients_never_retry_a_command(cluster_url):
+    """A retried EVALSHA whose first reply was lost would run admit (or a top-up) twice: every
+    cluster client is built without command retries, the async one with room for bursts."""
+    sync = store.connect_sync(cluster_url)
+    assert sync.retry.get_retries() == 0
+    sync.close()
+    client = store.connect_async(cluster_url)
+    assert client.retry.get_retries() == 0
+    assert client.connection_kwargs["max_connections"] >= 512
+
+
+def test_cluster_clients_still_follow_moved(cluster_url):
+    """Without retries a MOVED reply is still followed (it is a redirect, not a retry)."""
+    import asyncio
+
+    key = "{a:moved}:wallet"
+    sync = store.connect_sync(cluster_url)
+    sync.set(key, "1")
+    slot = sync.keyslot(key)
+    owner = sync.nodes_manager.slots_cache[slot][0]
+    wrong = next(n for n in sync.get_primaries() if n.name != owner.name)
+    sync.nodes_manager.slots_cache[slot] = [wrong]  # a stale slot map: the next call gets MOVED
+    assert sync.get(key) == b"1"
+    assert sync.nodes_manager.slots_cache[slot][0].name == owner.name
+    sync.close()
+
+    async def follow():
+        client = store.connect_async(cluster_url)
+        await client.initialize()
+        bad = next(n for n in client.get_primaries() if n.name != owner.name)
+        client.nodes_manager.slots_cache[slot] = [bad]
+        try:
+            return await client.get(key), client.nodes_manager.slots_cache[slot][0].name
+        finally:
+            await client.aclose()
+
+    assert asyncio.run(follow()) == (b"1", owner.name)

@@ -48,13 +48,17 @@ def connect_async(url: str):
         import fakeredis
 
         return fakeredis.FakeAsyncRedis(server=_memory_server())
-    if is_cluster(url):
-        return aioredis.RedisCluster.from_url(_cluster_seed(url))
     # No automatic retries: a retried EVALSHA whose first reply was lost would run admit twice.
     # Settle retries itself (it is idempotent by hold id); everything else fails fast to a 503.
+    # On a cluster this also turns off redis-py's 10 retries on timeouts and connection errors;
+    # MOVED and ASK are redirects, followed whatever the retry count.
     from redis.asyncio.retry import Retry
     from redis.backoff import NoBackoff
 
+    if is_cluster(url):
+        return aioredis.RedisCluster.from_url(_cluster_seed(url), max_connections=512,
+                                              retry=Retry(NoBackoff(), 0), socket_timeout=5,
+                                              socket_connect_timeout=2)
     return aioredis.Redis.from_url(url, max_connections=512, health_check_interval=0,
                                    retry=Retry(NoBackoff(), 0), socket_timeout=5,
                                    socket_connect_timeout=2)
@@ -67,8 +71,12 @@ def connect_sync(url: str):
 
         return fakeredis.FakeRedis(server=_memory_server())
     if is_cluster(url):
-        return redis.RedisCluster.from_url(_cluster_seed(url))
-    return redis.Redis.from_url(url)
+        # no command retries: a top-up (topup.lua) sent again after a lost reply would apply twice
+        from redis.backoff import NoBackoff
+        from redis.retry import Retry
+
+        return redis.RedisCluster.from_url(_cluster_seed(url), retry=Retry(NoBackoff(), 0))
+    return redis.Redis.from_url(url)  # a single node: redis-py sets no retries on from_url
 
 
 def pubsub_async(client):
