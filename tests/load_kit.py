@@ -275,6 +275,11 @@ class Outcome:
     retry_after: str | None
     node: int
     stream: bool
+    hold: int = 0  # svc.hold_toman of a 200 (micro-toman)
+    t_sent: float = 0.0  # time.monotonic() just before the request left
+    t_headers: float = 0.0  # the status line and headers are in
+    t_end: float = 0.0  # the whole body is in
+    complete: bool = True  # a 200 that ended properly (JSON body, or a stream's [DONE])
 
 
 @dataclass
@@ -318,3 +323,191 @@ def code_of(resp: httpx.Response) -> str | None:
         return resp.json()["error"]["code"]
     except Exception:  # noqa: BLE001
         return "unparsable"
+
+
+# ---- multi-node load: nodes, seeded accounts, timed requests, samplers, checks --------------------
+
+def start_gateways(n: int, redis_url: str, mock_base_url: str, workdir: Path, **env) -> list[Gateway]:
+    """n `upgate serve` processes on one store, started side by side, each healthy on return."""
+    nodes: list[Gateway | None] = [None] * n
+    failures: list[BaseException] = []
+
+    def start(i: int) -> None:
+        try:
+            nodes[i] = Gateway(redis_url, mock_base_url, workdir, f"gw{i}", **env)
+            nodes[i].wait_ready(30)
+        except BaseException as e:  # noqa: BLE001 - re-raised below, after cleaning up
+            failures.append(e)
+
+    threads = [threading.Thread(target=start, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if failures:
+        for g in nodes:
+            if g is not None and g.proc.poll() is None:
+                g.kill()
+        raise failures[0]
+    return nodes  # type: ignore[return-value]
+
+
+@dataclass
+class KeySpec:
+    account_id: str
+    key_id: str
+    key: str
+    prefix: str
+    rpm: int
+    monthly_limit: int | None  # micro-toman
+
+
+@dataclass
+class AccountSpec:
+    account_id: str
+    initial: int  # micro-toman
+    keys: list[KeySpec]
+
+
+def seed_accounts(redis_url: str, n_accounts: int, *, balance: int, rpm: int,
+                  monthly_limits: list[int | None]) -> list[AccountSpec]:
+    """n funded accounts with one key per entry of `monthly_limits` (micro-toman, None = no
+    limit), every key at `rpm`. Key prefixes are distinct within an account, so the access
+    log (which names a key by prefix and account) attributes every line to one key."""
+    from upgate import accounts, keys, store
+
+    client = store.connect_sync(redis_url)
+    out = []
+    for a in range(n_accounts):
+        account_id = accounts.create_account(client, f"0912000{a:04d}", balance)
+        specs: list[KeySpec] = []
+        for j, limit in enumerate(monthly_limits):
+            while True:
+                key, key_id, prefix = keys.create_key(client, PEPPER, account_id, name=f"load-{j}",
+                                                      monthly_limit_micro=limit, rpm=rpm)
+                if prefix not in {s.prefix for s in specs}:
+                    break
+                keys.revoke_key(client, key_id)  # a 1-in-millions prefix clash: take another
+            specs.append(KeySpec(account_id, key_id, key, prefix, rpm, limit))
+        out.append(AccountSpec(account_id, balance, specs))
+    client.close()
+    return out
+
+
+def timed_chat(client: httpx.Client, base: str, spec: KeySpec, body: dict, *, stream: bool,
+               node: int) -> Outcome:
+    """One chat completion (with X-Svc-Include-Meta) timed at send, headers and end; a 200's
+    cost and hold come from its `svc` object. Transport errors propagate."""
+    headers = {"Authorization": f"Bearer {spec.key}", **META}
+    payload = {**body, "stream": stream}
+    t_sent = time.monotonic()
+    with client.stream("POST", base + "/chat/completions", json=payload, headers=headers) as resp:
+        t_headers = time.monotonic()
+        data = resp.read()
+        t_end = time.monotonic()
+    status = resp.status_code
+    cost = hold = 0
+    code: str | None = None
+    complete = True
+    if status == 200 and resp.headers.get("content-type", "").startswith("text/event-stream"):
+        payloads = sse_payloads(data.decode())
+        complete = bool(payloads) and payloads[-1] == "[DONE]"
+        for p in payloads:
+            if isinstance(p, dict):
+                if isinstance(p.get("error"), dict):
+                    code = "sse:" + str(p["error"].get("code"))
+                if "svc" in p:
+                    cost, hold = micro(p["svc"]["cost_toman"]), micro(p["svc"]["hold_toman"])
+    elif status == 200:
+        svc = orjson.loads(data).get("svc") or {}
+        if svc:
+            cost, hold = micro(svc["cost_toman"]), micro(svc["hold_toman"])
+        else:
+            complete = False
+    else:
+        try:
+            code = orjson.loads(data)["error"]["code"]
+        except Exception:  # noqa: BLE001 - reported as such
+            code = "unparsable"
+    return Outcome(spec.key_id, spec.account_id, status, code, cost, resp.headers.get("Retry-After"),
+                   node, stream, hold, t_sent, t_headers, t_end, complete)
+
+
+class Sampler:
+    """A thread polling, every `interval` s until stopped, each account's open stream slots
+    (ZCARD of `{a:<acct>}:streams`) and, if given, the mock's requests in progress; keeps the
+    largest values seen."""
+
+    def __init__(self, url: str, account_ids: list[str], mock: "MockProcess | None" = None,
+                 interval: float = 0.01):
+        self.client = sync_client(url)
+        self.account_ids = account_ids
+        self.mock = mock
+        self.interval = interval
+        self.max_slots = {a: 0 for a in account_ids}
+        self.max_mock_active = 0
+        self.samples = 0
+        self.errors: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="sampler", daemon=True)
+
+    def _run(self) -> None:
+        http = httpx.Client(timeout=5)
+        while not self._stop.is_set():
+            try:
+                for a in self.account_ids:
+                    n = self.client.zcard(keyspace.streams(a))
+                    self.max_slots[a] = max(self.max_slots[a], n)
+                if self.mock is not None:
+                    active = http.get(self.mock.url + "/_mock/stats").json()["active"]
+                    self.max_mock_active = max(self.max_mock_active, active)
+                self.samples += 1
+            except Exception as e:  # noqa: BLE001 - surfaced by the test
+                self.errors.append(repr(e))
+            self._stop.wait(self.interval)
+        http.close()
+
+    def __enter__(self) -> "Sampler":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(10)
+        self.client.close()
+
+
+def max_overlap(intervals: list[tuple[float, float]]) -> int:
+    """The most intervals that share one instant. An interval ending where another starts does
+    not overlap it (ends are processed first), so the count never overstates."""
+    events = sorted([(b, -1) for a, b in intervals if b > a] + [(a, 1) for a, b in intervals if b > a])
+    best = cur = 0
+    for _, step in events:
+        cur += step
+        best = max(best, cur)
+    return best
+
+
+def max_in_window(times_ms: list[float], width_ms: float = 60_000) -> int:
+    """The most entries in any window (t − width, t] — admit.lua's sliding rpm window."""
+    times = sorted(times_ms)
+    best = lo = 0
+    for hi, t in enumerate(times):
+        while times[lo] <= t - width_ms:
+            lo += 1
+        best = max(best, hi - lo + 1)
+    return best
+
+
+def access_log(gateway: Gateway) -> list[dict]:
+    """The JSON access-log lines a (stopped) gateway wrote on stdout."""
+    out = []
+    for line in gateway.out_path.read_bytes().splitlines():
+        if line.startswith(b"{"):
+            try:
+                doc = orjson.loads(line)
+            except orjson.JSONDecodeError:
+                continue
+            if isinstance(doc, dict) and "route" in doc:
+                out.append(doc)
+    return out
