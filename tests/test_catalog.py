@@ -186,6 +186,14 @@ def test_unknown_provider_lists_the_known_ones():
     ("[[models]\n", "not valid TOML"),
     (entry() + "\n[extra]\nx = 1\n", "unknown top-level key 'extra'"),
     ("models = [1]", "entry 1 \\(no id\\): must be a \\[\\[models\\]\\] table"),
+    # one [models] table instead of [[models]] entries: the shape is named, not "no entries"
+    ('[models]\nid = "acme/x"\nprovider = "acme"\n',
+     "models is a single table \\(\\[models\\]\\); write each model as its own \\[\\[models\\]\\] entry"),
+    ('[models.x]\nid = "acme/x"\n', "models is a single table"),
+    ("[models]\n", "models is a single table"),
+    ('models = "acme/x"', "models is a string; write each model as its own \\[\\[models\\]\\] entry"),
+    ("models = 3", "models is an integer"),
+    ("models = true", "models is a boolean"),
 ])
 def test_file_level_refusals(text, match):
     with pytest.raises(CatalogError, match=match):

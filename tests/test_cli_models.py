@@ -172,3 +172,30 @@ def test_example_files_load_through_the_subprocess(redis_url):
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
     assert bad.returncode == 1 and "--providers" in bad.stderr and "Traceback" not in bad.stderr
     assert catalog.read(store.connect_sync(redis_url))[0] == "1"
+
+
+# ---- the catalog in force: refusals leave it, a new file replaces it ----------------------------
+
+def load_json(file: str) -> dict:
+    res = invoke("models", "load", file, "--providers", "providers.example.toml", "--json")
+    assert res.exit_code == 0, res.output
+    return json.loads(res.stdout)
+
+
+def listed() -> dict:
+    res = invoke("models", "list", "--json")
+    assert res.exit_code == 0, res.output
+    return json.loads(res.stdout)
+
+
+def test_a_models_table_instead_of_entries_is_named(env, r):
+    load_json("good.toml")
+    before = r.hgetall(keyspace.CATALOG_META)
+    (env / "table.toml").write_text('[models]\nid = "acme/chat-1"\nprovider = "acme"\n'
+                                    'prompt_toman_per_million = "1"\ncompletion_toman_per_million = "1"\n')
+    res = invoke("models", "load", "table.toml", "--providers", "providers.example.toml")
+    assert res.exit_code == 1 and res.stderr.count("\n") == 1
+    assert res.stderr.startswith("error: table.toml: models is a single table ([models]); "
+                                 "write each model as its own [[models]] entry")
+    assert "no [[models]] entries" not in res.stderr
+    assert r.hgetall(keyspace.CATALOG_META) == before

@@ -219,6 +219,19 @@ def _entry(index: int, entry: object, provider_names: set[str] | None) -> Model:
     )
 
 
+def _toml_kind(value: object) -> str:
+    """How the operator wrote `value` in TOML, for a message."""
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int):
+        return "an integer"
+    if isinstance(value, float):
+        return "a float"
+    if isinstance(value, str):
+        return "a string"
+    return "a date or time"
+
+
 def parse(text: str, provider_names: set[str] | None) -> list[Model]:
     """Validate a whole catalog file; raise CatalogError at the first refused entry.
 
@@ -232,7 +245,13 @@ def parse(text: str, provider_names: set[str] | None) -> list[Model]:
     if extra:
         raise CatalogError(f"unknown top-level key {extra[0]!r}: the file holds only [[models]] entries")
     entries = doc.get("models")
-    if not isinstance(entries, list) or not entries:
+    if isinstance(entries, dict):
+        raise CatalogError("models is a single table ([models]); write each model as its own "
+                           "[[models]] entry, with double brackets")
+    if entries is not None and not isinstance(entries, list):
+        raise CatalogError(f"models is {_toml_kind(entries)}; write each model as its own "
+                           "[[models]] entry")
+    if not entries:
         raise CatalogError("no [[models]] entries: refusing to load an empty catalog")
     models: list[Model] = []
     first: dict[str, int] = {}
