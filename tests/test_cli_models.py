@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import redis
 from click.testing import CliRunner
 
 from admin_cli.main import cli
@@ -199,3 +200,82 @@ def test_a_models_table_instead_of_entries_is_named(env, r):
                                  "write each model as its own [[models]] entry")
     assert "no [[models]] entries" not in res.stderr
     assert r.hgetall(keyspace.CATALOG_META) == before
+
+
+SECOND = """
+[[models]]
+id = "acme/chat-1"
+provider = "acme"
+upstream_model = "chat-1"
+prompt_toman_per_million = "16000"
+completion_toman_per_million = "64000"
+capabilities = ["chat"]
+
+[[models]]
+id = "acme/chat-2"
+provider = "acme"
+prompt_toman_per_million = "100"
+completion_toman_per_million = "300"
+"""
+
+
+def test_a_second_catalog_replaces_the_first(env, r):
+    import time
+
+    first = load_json("good.toml")
+    stamp1 = float(r.hget(keyspace.CATALOG_META, "prices_updated_at"))
+    time.sleep(1.05)  # prices_updated_at is shown to the second
+    (env / "second.toml").write_text(SECOND)
+    second = load_json("second.toml")
+    assert (first["version"], second["version"]) == ("1", "2") and second["models"] == 2
+    assert float(r.hget(keyspace.CATALOG_META, "prices_updated_at")) > stamp1
+    assert second["prices_updated_at"] > first["prices_updated_at"]
+
+    now = listed()
+    assert now["version"] == "2" and now["prices_updated_at"] == second["prices_updated_at"]
+    by_id = {m["id"]: m for m in now["models"]}
+    assert set(by_id) == {"acme/chat-1", "acme/chat-2"}  # chat-1:free and the hidden one are gone
+    assert by_id["acme/chat-1"]["svc_pricing"]["prompt_toman_per_million"] == "16000.000000"
+    assert by_id["acme/chat-1"]["svc_pricing"]["request_toman"] == "0.000000"  # not carried over
+    assert by_id["acme/chat-1"]["capabilities"] == ["chat"]
+    assert set(r.hkeys(keyspace.CATALOG)) == {"acme/chat-1", "acme/chat-2"}
+    assert not [k for k in r.keys("*staging*")]  # the staged copy was renamed in, nothing left
+
+
+def bad_entry(**fields) -> str:
+    body = {"id": '"acme/chat-9"', "provider": '"acme"', "prompt_toman_per_million": '"1"',
+            "completion_toman_per_million": '"1"', **fields}
+    return "\n[[models]]\n" + "".join(f"{k} = {v}\n" for k, v in body.items())
+
+
+@pytest.mark.parametrize("extra, expect", [
+    (bad_entry(id='"acme/Chat-9"'), "entry 4 (acme/Chat-9): id 'acme/Chat-9' is not lowercase"),
+    (bad_entry(id='"ACME/CHAT-9"'), "entry 4 (ACME/CHAT-9): id 'ACME/CHAT-9' is not lowercase"),
+    (bad_entry(prompt_toman_per_million='"-1"'),
+     "entry 4 (acme/chat-9): prompt_toman_per_million must not be negative"),
+    (bad_entry(completion_toman_per_million="-5"),
+     "entry 4 (acme/chat-9): completion_toman_per_million must not be negative"),
+    (bad_entry(request_toman='"abc"'), "entry 4 (acme/chat-9): request_toman must be a decimal string"),
+    (bad_entry(prompt_toman_per_million='"1e3"'),
+     "entry 4 (acme/chat-9): prompt_toman_per_million must be a decimal string"),
+    (bad_entry(completion_toman_per_million='"1,000"'),
+     "entry 4 (acme/chat-9): completion_toman_per_million must be a decimal string"),
+    (bad_entry(id='"acme/chat-1"'), "entry 4 (acme/chat-1): duplicate id, first defined in entry 1"),
+    (bad_entry(id='"acme/secret"'), "entry 4 (acme/secret): duplicate id, first defined in entry 3"),
+])
+def test_refused_entries_name_the_entry_and_keep_the_catalog(env, r, redis_url, extra, expect):
+    load_json("good.toml")
+    before = r.hgetall(keyspace.CATALOG), r.hgetall(keyspace.CATALOG_META)
+    events = redis.Redis.from_url(redis_url).pubsub()
+    events.subscribe(keyspace.CHANNEL)
+    assert events.get_message(timeout=2)["type"] == "subscribe"
+
+    (env / "bad.toml").write_text(GOOD + extra)
+    res = invoke("models", "load", "bad.toml", "--providers", "providers.example.toml", "--json")
+    assert res.exit_code == 1 and res.stdout == ""
+    assert res.stderr.count("\n") == 1 and "Traceback" not in res.stderr
+    assert res.stderr.startswith(f"error: bad.toml: {expect}"), res.stderr
+    assert (r.hgetall(keyspace.CATALOG), r.hgetall(keyspace.CATALOG_META)) == before
+    assert events.get_message(timeout=0.3) is None  # nothing published to the nodes
+    events.close()
+    assert listed()["version"] == "1"
