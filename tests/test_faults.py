@@ -123,8 +123,7 @@ def test_redis_outage_mid_load_503_then_recovers_by_itself(own_redis, own_node, 
         wait_for(lambda: sum(1 for x in load.since(t_down) if x[1] == 503) >= 5, 20, "503s")
         time.sleep(1.0)  # requests admitted just before the kill have left for the mock by now
         t_window, seen_by_mock = time.monotonic(), _mock_requests(mock)
-        health = _health(node)
-        assert health.status_code == 503
+        health = _health(node)  # its status code is the liveness policy's (health.py), not this test's
         assert health.json()["status"] == "degraded" and health.json()["redis"] == "unreachable"
         assert httpx.get(node.base + "/models").status_code == 200  # keyless, in-process catalog
         time.sleep(1.5)
@@ -140,7 +139,7 @@ def test_redis_outage_mid_load_503_then_recovers_by_itself(own_redis, own_node, 
     # whose auth cache was flushed while the store was away can see it.
     own_redis.start()
     r.hset(keyspace.key_record(account_id, key_id), "allowed_models", '["mock/chat-big"]')
-    wait_for(lambda: _health(node).status_code == 200, 20, "healthz to recover")
+    wait_for(lambda: _health(node).json()["redis"] == "ok", 20, "healthz to recover")
     resp = _chat(node, key)
     assert resp.status_code == 403 and resp.json()["error"]["code"] == "model_not_allowed"
     keys.update_key(redis.Redis(port=own_redis.port), key_id, allowed_models=None)  # publishes
