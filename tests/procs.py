@@ -114,13 +114,36 @@ class RedisCluster:
              "--cluster-replicas", "0", "--cluster-yes"],
             check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=30,
         )
+        return self._wait_ok()
+
+    def _wait_ok(self) -> "RedisCluster":
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
-            if all(redis.Redis(port=n.port).cluster("info").get("cluster_state") == "ok"
-                   for n in self.nodes):
-                return self
+            try:
+                if all(redis.Redis(port=n.port).cluster("info").get("cluster_state") == "ok"
+                       for n in self.nodes):
+                    return self
+            except redis.ConnectionError:
+                pass
             time.sleep(0.1)
         raise RuntimeError("local Redis Cluster did not reach cluster_state:ok")
+
+    def stop(self) -> None:
+        """The whole cluster goes away: every node shuts down, saving its data and its cluster
+        config into its directory (nothing listens on the ports until `restart`)."""
+        for n in self.nodes:
+            if n.proc is None:
+                continue
+            redis.Redis(port=n.port).save()  # then SIGKILL: SHUTDOWN SAVE lingers for seconds
+            n.stop()
+
+    def restart(self) -> "RedisCluster":
+        """Start the nodes stopped by `stop` on their ports and directories: they come back with
+        their data, as the same cluster."""
+        for n in self.nodes:
+            if n.proc is None:
+                n.start()
+        return self._wait_ok()
 
     def flush(self) -> None:
         for n in self.nodes:

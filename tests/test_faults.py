@@ -319,6 +319,115 @@ def test_redis_out_of_memory_never_loses_a_charge(redis_url, make_node, mock, tm
     assert_settled(r, account_id, INITIAL, cost, {key_id: cost})
 
 
+# ---- the whole Redis Cluster down ---------------------------------------------------------------
+
+@pytest.mark.cluster
+def test_whole_cluster_down_settlement_is_journaled_and_replayed_once(redis_cluster, cluster_url, tmp_path):
+    """With no cluster node answering, redis-py raises RedisClusterException (not a RedisError):
+    the settlement is still retried and journaled, never lost, and replayed once when the
+    cluster is back, exactly once."""
+    from tests import ledger_kit as kit
+    from upgate import store
+    from upgate.ledger import STORE_ERRORS, store_unavailable
+
+    sync = store.connect_sync(cluster_url)
+    kit.seed_account(sync, balance=10 * kit.TOMAN)
+    kit.seed_key(sync, rpm=600)
+    sync.close()
+    sets = kit.settings(tmp_path)
+
+    async def body(L):
+        a = await L.admit(account_id=kit.ACCT, key_id=kit.KEY, model="m/a", hold_micro=3 * kit.TOMAN,
+                          stream=True, free=False)
+        charge = dict(key_id=kit.KEY, model="m/a", cost_micro=2 * kit.TOMAN, prompt_tokens=5,
+                      completion_tokens=7)
+        redis_cluster.stop()
+        try:
+            assert await L.settle(kit.ACCT, a.hold_id, **charge) is True
+            assert L.journaled == 1
+            errors = []
+            for _ in range(2):  # the first call meets a closed connection, the next no cluster at all
+                try:
+                    await L.admit(account_id=kit.ACCT, key_id=kit.KEY, model="m/a", hold_micro=1,
+                                  stream=False, free=False)
+                except STORE_ERRORS as e:
+                    errors.append(e)
+            assert len(errors) == 2 and all(store_unavailable(e) for e in errors), errors
+            assert await L.replay_journal() == 0  # still down: the line stays in the journal
+            assert L.replayed == 0 and len(_journal_lines(sets.journal_path)) == 1
+        finally:
+            redis_cluster.restart()
+        assert await L.replay_journal() == 1
+        assert await L.replay_journal() == 0
+        assert not os.path.exists(sets.journal_path)
+        assert await L.settle(kit.ACCT, a.hold_id, **charge) is False  # already applied
+
+    kit.run(cluster_url, body, sets)
+    sync = store.connect_sync(cluster_url)
+    w = kit.h(sync, keyspace.wallet(kit.ACCT))
+    assert (int(w["balance"]), int(w["held"])) == (8 * kit.TOMAN, 0)
+    rec = kit.h(sync, keyspace.key_record(kit.ACCT, kit.KEY))
+    assert int(rec["held"]) == 0
+    assert sum(int(v) for f, v in rec.items() if f.startswith("spent:")) == 2 * kit.TOMAN
+    assert sync.zcard(keyspace.holds(kit.ACCT)) == 0 and sync.zcard(keyspace.streams(kit.ACCT)) == 0
+    sync.close()
+
+
+@pytest.mark.cluster
+def test_whole_cluster_down_is_a_503_and_a_node_still_starts(redis_cluster, cluster_url, mock, tmp_path):
+    """Every request gets 503 service_unavailable (not a 500) while no cluster node answers, none
+    goes upstream; a node started during the outage comes up, keeps its subscriber alive, and
+    both nodes serve again once the cluster is back."""
+    from upgate.context import Context
+
+    load_catalog(cluster_url)
+    key, account_id, key_id = seed(cluster_url, balance="1000")
+    node = Node(gw.test_settings(cluster_url, journal_path=str(tmp_path / "a.journal")), _providers(mock))
+    late_loop = gw.LoopThread("late-node")
+    late = None
+    try:
+        first = _chat(node, key)
+        assert first.status_code == 200
+        redis_cluster.stop()
+        try:
+            seen = _mock_requests(mock)
+            for stream in (False, True, False, False):
+                resp = _chat(node, key, stream=stream)
+                assert resp.status_code == 503, resp.text
+                assert resp.json()["error"]["code"] == "service_unavailable"
+                assert resp.headers["Retry-After"] == "5"
+            assert _mock_requests(mock) == seen, "a request went upstream without a hold"
+            assert _health(node).json()["redis"] == "unreachable"
+
+            async def start_late():
+                ctx = Context(gw.test_settings(cluster_url, journal_path=str(tmp_path / "b.journal")),
+                              _providers(mock), access_log=False)
+                await ctx.start()
+                return ctx
+            late = late_loop.run(start_late())
+            time.sleep(1.5)  # a few reconnect attempts of its subscriber
+            assert not late.redis_ok
+            assert [t.get_name() for t in late._tasks if t.done()] == []
+        finally:
+            redis_cluster.restart()
+        wait_for(lambda: late.subscribed.is_set(), 20, "the late node to subscribe")
+        wait_for(lambda: _health(node).json()["redis"] == "ok", 20, "healthz to recover")
+        after: list[httpx.Response] = []
+
+        def passes():
+            after.append(_chat(node, key))
+            return after[-1].status_code == 200
+        wait_for(passes, 20, "requests to pass again")
+    finally:
+        if late is not None:
+            late_loop.run(late.stop())
+        late_loop.close()
+        node.close()
+    r = redis.RedisCluster(host="127.0.0.1", port=redis_cluster.nodes[0].port, decode_responses=True)
+    charged = response_cost(first) + response_cost(after[-1])
+    assert_settled(r, account_id, INITIAL, charged, {key_id: charged})
+
+
 # ---- a gateway process killed mid-stream -------------------------------------------------------------
 
 @pytest.mark.slow

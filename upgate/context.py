@@ -15,7 +15,7 @@ import redis.exceptions
 from upgate import keyspace, store
 from upgate.auth import Auth
 from upgate.catalog import Catalog
-from upgate.ledger import Ledger
+from upgate.ledger import STORE_ERRORS, Ledger
 from upgate.metrics import Metrics, access_logger, observe
 from upgate.settings import Settings
 from upgate.upstream.client import UpstreamClient
@@ -43,7 +43,7 @@ class Context:
     async def start(self) -> None:
         try:
             await self.catalog.reload()
-        except redis.exceptions.RedisError as e:
+        except STORE_ERRORS as e:  # a whole cluster down is a RedisClusterException, not a RedisError
             self.redis_ok = False
             log.warning("store unreachable at start-up (%s); serving 503 until it answers", type(e).__name__)
         self._tasks = [
@@ -117,7 +117,7 @@ class Context:
             except asyncio.CancelledError:
                 await _close(pubsub)
                 raise
-            except (redis.exceptions.RedisError, OSError) as e:
+            except STORE_ERRORS as e:
                 self.redis_ok = False
                 self.subscribed.clear()
                 self.auth.flush()

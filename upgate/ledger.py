@@ -49,10 +49,20 @@ _REFUSING = frozenset(("OOM", "READONLY", "MISCONF", "BUSY", "LOADING", "TRYAGAI
                        "MASTERDOWN", "NOREPLICAS"))
 
 
+# What a store call may raise: redis-py's errors, its RedisClusterException (not a RedisError:
+# the whole cluster unreachable, among others) and the OS's. Catch these, then ask store_unavailable.
+STORE_ERRORS = (rexc.RedisError, rexc.RedisClusterException, OSError)
+
+
 def store_unavailable(exc: BaseException) -> bool:
     """True when `exc` means the store is unreachable or refusing writes for now (503, journal,
-    retry later), False for an error that retrying would only repeat."""
-    if isinstance(exc, (*_STORE_DOWN, rexc.OutOfMemoryError, rexc.ReadOnlyError, rexc.TryAgainError)):
+    retry later), False for an error that retrying would only repeat. A Redis Cluster counts as
+    unreachable when no node answers (RedisClusterException) or when commands keep bouncing
+    between nodes (ClusterError: a resharding or failover in progress)."""
+    if isinstance(exc, (*_STORE_DOWN, rexc.OutOfMemoryError, rexc.ReadOnlyError, rexc.TryAgainError,
+                        rexc.ClusterError)):
+        return True
+    if store.cluster_unreachable(exc):
         return True
     return isinstance(exc, rexc.ResponseError) and str(exc).split(" ", 1)[0] in _REFUSING
 
@@ -206,7 +216,7 @@ class Ledger:
             try:
                 results = await self._run(calls)
                 break
-            except (rexc.RedisError, OSError) as e:
+            except STORE_ERRORS as e:
                 if not store_unavailable(e):
                     raise
                 if attempt + 1 < SETTLE_RETRIES:
@@ -238,7 +248,7 @@ class Ledger:
             calls.append(self._cooldown_call("strike", strike))
         try:
             results = await self._run(calls)
-        except (rexc.RedisError, OSError) as e:
+        except STORE_ERRORS as e:
             if not store_unavailable(e):
                 raise
             log.warning("release of hold %s failed (%s); the reaper frees it when its lease lapses",
@@ -427,7 +437,7 @@ class Ledger:
                 try:
                     await self._run([call])
                     done += 1
-                except (rexc.RedisError, OSError) as err:
+                except STORE_ERRORS as err:
                     if store_unavailable(err):
                         left.append(raw)
                         continue

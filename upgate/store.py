@@ -14,6 +14,7 @@ from pathlib import Path
 
 import redis
 import redis.asyncio as aioredis
+import redis.exceptions as rexc
 from redis.exceptions import NoScriptError
 
 _MEMORY_SERVER = None
@@ -80,11 +81,35 @@ def connect_sync(url: str):
 
 
 def pubsub_async(client):
-    """A pub/sub handle. On a cluster PUBLISH reaches every node, so any one node will do."""
+    """A pub/sub handle. On a cluster PUBLISH reaches every node, so any one node will do: the
+    client's default node, or its seed before it has reached the cluster (no I/O here, so this
+    works while the whole cluster is down)."""
     if isinstance(client, aioredis.RedisCluster):
-        node = client.get_default_node()
+        node = client.get_default_node() or next(iter(client.nodes_manager.startup_nodes.values()))
         return aioredis.Redis(host=node.host, port=node.port).pubsub()
     return client.pubsub()
+
+
+# ---- a whole cluster unreachable ---------------------------------------------------------
+
+class ClusterUnreachable(rexc.ConnectionError):
+    """No node of the Redis Cluster answers. redis-py reports that as RedisClusterException,
+    which is not a RedisError; script calls re-raise it as this ConnectionError, so every caller
+    that handles a single node going away handles a whole cluster going away the same way."""
+
+
+# RedisClusterExceptions that are this program's own mistake, not the cluster's state: retrying
+# or journaling them would only repeat them
+_CLUSTER_MISTAKES = (rexc.CrossSlotTransactionError, rexc.InvalidPipelineStack)
+
+
+def cluster_unreachable(exc: BaseException) -> bool:
+    """True for redis-py's RedisClusterException when it means the cluster cannot be reached
+    or has slots nobody serves ("Redis Cluster cannot be connected", "All slots are not
+    covered", SlotNotCoveredError, no target node), False for a refusal of the call itself
+    (keys of one call in two slots, a transaction across slots)."""
+    return (isinstance(exc, rexc.RedisClusterException) and not isinstance(exc, _CLUSTER_MISTAKES)
+            and "same key slot" not in str(exc))
 
 
 # ---- Lua scripts -------------------------------------------------------------------------
@@ -122,17 +147,27 @@ class Script:
 
     async def __call__(self, client, keys: list[str], args: list):
         try:
-            return await client.evalsha(self.sha, len(keys), *keys, *args)
-        except NoScriptError:
-            await client.script_load(self.source)
-            return await client.evalsha(self.sha, len(keys), *keys, *args)
+            try:
+                return await client.evalsha(self.sha, len(keys), *keys, *args)
+            except NoScriptError:
+                await client.script_load(self.source)
+                return await client.evalsha(self.sha, len(keys), *keys, *args)
+        except rexc.RedisClusterException as e:
+            if cluster_unreachable(e):
+                raise ClusterUnreachable(str(e)) from e
+            raise
 
     def call_sync(self, client, keys: list[str], args: list):
         try:
-            return client.evalsha(self.sha, len(keys), *keys, *args)
-        except NoScriptError:
-            client.script_load(self.source)
-            return client.evalsha(self.sha, len(keys), *keys, *args)
+            try:
+                return client.evalsha(self.sha, len(keys), *keys, *args)
+            except NoScriptError:
+                client.script_load(self.source)
+                return client.evalsha(self.sha, len(keys), *keys, *args)
+        except rexc.RedisClusterException as e:
+            if cluster_unreachable(e):
+                raise ClusterUnreachable(str(e)) from e
+            raise
 
     def queue(self, pipe, keys: list[str], args: list) -> None:
         """Add this script to a pipeline (one round trip with its neighbours)."""

@@ -19,6 +19,8 @@ from upgate.ledger import store_unavailable
 
 log = logging.getLogger("upgate")
 
+# redis-py's errors: a whole cluster unreachable is a RedisClusterException, not a RedisError
+_STORE_CLIENT_ERRORS = (redis.exceptions.RedisError, redis.exceptions.RedisClusterException)
 _HTTP_CODES = {400: "invalid_request", 404: "not_found", 405: "invalid_request", 413: "request_too_large"}
 
 
@@ -99,7 +101,7 @@ class BaseHandler(tornado.web.RequestHandler):
         exc = kwargs.get("exc_info", (None, None, None))[1]
         if isinstance(exc, GatewayError):
             err = exc
-        elif isinstance(exc, redis.exceptions.RedisError) and store_unavailable(exc):
+        elif isinstance(exc, _STORE_CLIENT_ERRORS) and store_unavailable(exc):
             # never serve a billable request unbilled: the store must answer (and take writes) first
             self.ctx.redis_ok = False
             err = GatewayError("service_unavailable")
@@ -124,7 +126,7 @@ class BaseHandler(tornado.web.RequestHandler):
             return
         if isinstance(value, tornado.web.HTTPError):
             return
-        if isinstance(value, redis.exceptions.RedisError):
+        if isinstance(value, _STORE_CLIENT_ERRORS):
             log.warning("store error in %s (request %s): %s", self.request.path, self.request_id,
                         type(value).__name__)
             return
