@@ -1,28 +1,75 @@
-"""Root of `upgate-admin`. One module per noun registers its group here."""
+"""Root of `upgate-admin`. One module per noun registers its group here.
+
+Every failure ends the same way, through `Root`: one line `error: …` on stderr, exit code 1,
+no traceback — refused input, a usage error, a malformed UPGATE_REDIS_URL, a store that does
+not answer. (Click alone would print a usage block and exit 2, and a store error would escape
+as a traceback.)
+"""
 from __future__ import annotations
 
 import os
+import sys
 
 import click
 import redis
+from redis.exceptions import RedisClusterException
 
-from admin_cli.output import EXIT_STORE, Refused
+from admin_cli.output import EXIT_REFUSED, Refused
 from upgate import store
+
+DEFAULT_URL = "redis://127.0.0.1:6379/0"
 
 
 def redis_client():
     """The store named by UPGATE_REDIS_URL (the same one the gateway uses)."""
-    url = os.environ.get("UPGATE_REDIS_URL") or "redis://127.0.0.1:6379/0"
-    return store.connect_sync(url)
+    url = os.environ.get("UPGATE_REDIS_URL") or DEFAULT_URL
+    try:
+        return store.connect_sync(url)
+    except ValueError as e:  # redis-py's URL parser: bad scheme, port, query option
+        raise Refused(f"UPGATE_REDIS_URL is malformed: {e}") from None
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def store_error(e: Exception) -> str:
+    """One line for a store failure (redis-py's messages name host and port, never a password)."""
+    detail = str(e).strip().splitlines()[0] if str(e).strip() else ""
+    name = type(e).__name__ + (f": {detail}" if detail else "")
+    if isinstance(e, (redis.ConnectionError, redis.TimeoutError, RedisClusterException)):
+        return f"cannot reach the store ({name})"
+    return f"the store refused the command ({name})"
+
+
+class Root(click.Group):
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except (redis.RedisError, RedisClusterException) as e:
+            raise Refused(store_error(e)) from None
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        try:
+            rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except click.Abort:
+            click.echo("error: aborted", err=True)
+            rv = EXIT_REFUSED
+        except click.ClickException as e:
+            message = e.format_message()
+            if isinstance(e, click.UsageError) and e.ctx is not None:
+                message += f" (see '{e.ctx.command_path} --help')"
+            click.echo(f"error: {message}", err=True)
+            rv = EXIT_REFUSED
+        if not standalone_mode:
+            return rv
+        sys.exit(rv if isinstance(rv, int) else 0)
+
+
+@click.group(cls=Root, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
 @click.pass_context
 def cli(ctx: click.Context, as_json: bool) -> None:
     """Operate an upgate deployment: accounts, keys, the model catalog and usage.
 
     Reads UPGATE_REDIS_URL (default redis://127.0.0.1:6379/0). Every command takes --json.
+    Every error is one line on stderr and exit code 1.
 
     \b
     Example:
@@ -49,11 +96,7 @@ _register()
 
 
 def main() -> None:
-    try:
-        cli(standalone_mode=True)
-    except redis.RedisError as e:
-        click.echo(f"error: cannot reach the store ({type(e).__name__})", err=True)
-        raise SystemExit(EXIT_STORE) from None
+    cli()
 
 
 __all__ = ["cli", "main", "redis_client", "Refused"]

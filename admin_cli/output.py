@@ -10,8 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 EXIT_OK = 0
-EXIT_REFUSED = 1  # bad input, unknown id, out of range: nothing was written
-EXIT_STORE = 3  # Redis unreachable (2 is Click's usage error)
+EXIT_REFUSED = 1  # every failure: bad input, unknown id, usage error, the store unreachable
 
 
 class Refused(click.ClickException):

@@ -198,13 +198,3 @@ def test_console_script_end_to_end(redis_url, r):
     res = subprocess.run([sys.executable, "-m", "admin_cli", "account", "show", acct, "--json"],
                          env=env, capture_output=True, text=True, timeout=60)
     assert res.returncode == 0 and json.loads(res.stdout)["balance_toman"] == "-0.500000"
-
-
-def test_console_script_store_unreachable_exits_3(redis_url):
-    from tests.procs import free_port
-
-    env = {**os.environ, "UPGATE_REDIS_URL": f"redis://127.0.0.1:{free_port()}/0"}
-    res = subprocess.run([*admin_command(), "account", "show", UNKNOWN], env=env,
-                         capture_output=True, text=True, timeout=60)
-    assert res.returncode == 3 and res.stdout == ""
-    assert res.stderr.splitlines() == ["error: cannot reach the store (ConnectionError)"]

@@ -1,4 +1,8 @@
-"""`upgate`: run the gateway (`serve`), try it in one command (`demo`), or run the fake provider."""
+"""`upgate`: run the gateway (`serve`), try it in one command (`demo`), or run the fake provider.
+
+A setting that cannot work (a malformed env var or URL, a port already in use, a worker count
+below one) stops the command with one line on stderr and exit code 1, before anything starts.
+"""
 from __future__ import annotations
 
 import logging
@@ -10,6 +14,37 @@ import click
 from upgate.settings import SettingsError, from_env
 
 DEV_PEPPER = "upgate-insecure-dev-pepper"
+def _processes(option: int | None) -> int:
+    """--processes, else $WEB_CONCURRENCY (what Heroku-style platforms set), else 1."""
+    if option is not None:
+        n, source = option, "--processes"
+    else:
+        raw = (os.environ.get("WEB_CONCURRENCY") or "").strip()
+        if not raw:
+            return 1
+        try:
+            n = int(raw)
+        except ValueError:
+            raise click.ClickException(f"WEB_CONCURRENCY must be a whole number of worker processes, "
+                                       f"got {raw!r}") from None
+        source = "WEB_CONCURRENCY"
+    if n < 1:
+        raise click.ClickException(f"{source} must be at least 1, got {n}")
+    return n
+
+
+def _check_redis_url(url: str) -> None:
+    """Refuse a malformed UPGATE_REDIS_URL now, not as a traceback in every worker (no I/O)."""
+    from redis.connection import parse_url
+
+    from upgate import store
+
+    if url.startswith("memory://"):
+        return
+    try:
+        parse_url("redis://" + url[len("redis+cluster://"):] if store.is_cluster(url) else url)
+    except ValueError as e:
+        raise click.ClickException(f"UPGATE_REDIS_URL is malformed: {e}") from None
 
 
 def _setup_logging() -> None:
@@ -39,7 +74,6 @@ def serve(port: int | None, processes: int | None, insecure_dev: bool) -> None:
     Example:
       UPGATE_KEY_PEPPER=$(openssl rand -hex 32) upgate serve --port 8080 --processes 2
     """
-    from upgate import server
     from upgate.upstream.providers import ProvidersError, load_providers
 
     _setup_logging()
@@ -52,14 +86,18 @@ def serve(port: int | None, processes: int | None, insecure_dev: bool) -> None:
             raise click.ClickException("UPGATE_KEY_PEPPER is not set (key hashes need it); "
                                        "pass --insecure-dev only for local development")
         settings = settings.with_(key_pepper=DEV_PEPPER)
+    _check_redis_url(settings.redis_url)
+    processes = _processes(processes)
     try:
         providers = load_providers(settings.providers_path)
     except ProvidersError as e:
         raise click.ClickException(str(e)) from None
-    processes = processes or int(os.environ.get("WEB_CONCURRENCY") or 1)
-    if processes < 1:
-        raise click.ClickException("--processes must be at least 1")
-    server.run(settings, providers, port or settings.port, processes)
+    from upgate import server
+
+    try:
+        server.run(settings, providers, port or settings.port, processes)
+    except server.BindError as e:
+        raise click.ClickException(str(e)) from None
 
 
 @main.command()
@@ -70,9 +108,13 @@ def demo(port: int) -> None:
     No Redis and no provider keys are needed. Prints a key, a curl line and a Python snippet.
     """
     from upgate import demo as demo_mod
+    from upgate.server import BindError
 
     _setup_logging()
-    demo_mod.run(port)
+    try:
+        demo_mod.run(port)
+    except BindError as e:
+        raise click.ClickException(str(e)) from None
 
 
 @main.command("mock-upstream")

@@ -50,14 +50,13 @@ Ctrl-C stops it.
 """.rstrip() + "\n"
 
 
-async def _main(port: int, mock_port: int) -> None:
+async def _main(sockets, port: int, mock_port: int) -> None:
     pepper = secrets.token_hex(16)
     settings = Settings(redis_url="memory://", key_pepper=pepper, providers_path="(demo)")
     await mock_upstream.serve(mock_port)
     providers = {"mock": Provider(name="mock", base_url=f"http://127.0.0.1:{mock_port}/v1",
                                   api_key="mock-demo", dialect="openai", available=True)}
     info = setup(settings.redis_url, pepper)
-    sockets = bind(port, "127.0.0.1")
     await serve_forever(settings, providers, sockets,
                         ready=lambda ctx: print(banner(port, info), flush=True))
 
@@ -71,9 +70,11 @@ def _free_port() -> int:
 
 
 def run(port: int, mock_port: int | None = None) -> None:
+    """Raises server.BindError, before anything starts, when the port cannot be used."""
+    sockets = bind(port, "127.0.0.1")
     store.reset_memory()
     use_uvloop()
     try:
-        asyncio.run(_main(port, mock_port or _free_port()))
+        asyncio.run(_main(sockets, port, mock_port or _free_port()))
     except KeyboardInterrupt:  # Ctrl-C before the signal handlers were installed
         pass

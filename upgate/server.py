@@ -25,6 +25,10 @@ from upgate.settings import Settings
 log = logging.getLogger("upgate")
 
 
+class BindError(OSError):
+    """The listening socket could not be opened (port in use, no permission, out of range)."""
+
+
 class GatewayHTTPServer(tornado.httpserver.HTTPServer):
     def handle_stream(self, stream, address) -> None:
         keep_nodelay(stream)
@@ -82,7 +86,13 @@ async def serve_forever(settings: Settings, providers: dict, sockets, ready=None
 
 
 def bind(port: int, host: str = "") -> list[socket.socket]:
-    return tornado.netutil.bind_sockets(port, host or None, reuse_port=False)
+    if not 0 <= port <= 65535:  # getaddrinfo would quietly wrap it around
+        raise BindError(f"cannot listen on port {port}: a port is 0 to 65535")
+    try:
+        return tornado.netutil.bind_sockets(port, host or None, reuse_port=False)
+    except OSError as e:
+        where = f"{host}:{port}" if host else f"port {port}"
+        raise BindError(f"cannot listen on {where}: {e.strerror or e}") from None
 
 
 def run(settings: Settings, providers: dict, port: int, processes: int, host: str = "") -> None:
