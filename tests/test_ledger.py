@@ -347,6 +347,27 @@ def test_settle_charges_the_month_of_the_hold(redis_url, r):
     assert i(h(r, keyspace.usage(ACCT, "1405-06-31")).get("total|*|cost")) == 3 * TOMAN
 
 
+def test_calendar_keys_change_exactly_at_tehran_midnight(redis_url, r):
+    """The node caches the Tehran day and Jalali month until the next Tehran midnight, exactly:
+    a request 0.2 s into a new month is counted in the new month and day."""
+    boundary = tehran_ts(1405, 2, 1)  # 1405-02-01 00:00 Tehran
+    seed_account(r, balance=1000 * TOMAN)
+    seed_key(r, rpm=600)
+    clock_now = [boundary - 0.5]
+
+    async def body(L):
+        a = await admit(L, TOMAN)
+        clock_now[0] = boundary + 0.2
+        b = await admit(L, TOMAN, free=True)
+        return a, b
+
+    a, b = run(redis_url, body, settings(free_quota_default=5), clock=lambda: clock_now[0])
+    rec_a, rec_b = h(r, keyspace.hold(ACCT, a.hold_id)), h(r, keyspace.hold(ACCT, b.hold_id))
+    assert (rec_a["month"], rec_a["day"]) == ("1405-01", "1405-01-31")
+    assert (rec_b["month"], rec_b["day"]) == ("1405-02", "1405-02-01")
+    assert r.get(keyspace.free(ACCT, "1405-02-01")) == "1"
+
+
 @pytest.mark.parametrize("balance,held,hold", [
     (5 * TOMAN, 0, 5 * TOMAN + 1),  # balance below the hold
     (10 * TOMAN, 6 * TOMAN, 5 * TOMAN),  # available = balance − held below the hold

@@ -4,6 +4,7 @@ Keys are plain strings used inside Redis key and field names: month "1405-01", d
 """
 from __future__ import annotations
 
+import math
 import time
 from datetime import date, datetime, timedelta, timezone
 from zoneinfo import ZoneInfo
@@ -27,10 +28,43 @@ def day_key(ts: float | None = None) -> str:
     return f"{j.year:04d}-{j.month:02d}-{j.day:02d}"
 
 
+def _day_start(d: date) -> float:
+    """Unix seconds at which Tehran day `d` begins: its midnight, or where the clock skipped
+    midnight (summer time, until 2022, began at 00:00), the instant of the jump."""
+    return datetime.combine(d, datetime.min.time(), TEHRAN).timestamp()
+
+
+def tehran_day_bounds(ts: float | None = None) -> tuple[float, float]:
+    """[start, end) of the Tehran calendar day holding `ts`, as exact Unix seconds."""
+    d = _tehran(ts).date()
+    return _day_start(d), _day_start(d + timedelta(days=1))
+
+
+def next_tehran_midnight(ts: float | None = None) -> float:
+    """Unix seconds at which the next Tehran day begins (exact, not rounded)."""
+    return tehran_day_bounds(ts)[1]
+
+
+def next_month_start(ts: float | None = None) -> float:
+    """Unix seconds at which the next Jalali month begins (its first day's Tehran midnight)."""
+    j = jdatetime.date.fromgregorian(date=_tehran(ts).date())
+    first = jdatetime.date(j.year + (j.month == 12), j.month % 12 + 1, 1)
+    return _day_start(first.togregorian())
+
+
+def _seconds_until(moment: float, ts: float | None) -> int:
+    return max(1, math.ceil(moment - (time.time() if ts is None else ts)))
+
+
 def seconds_to_tehran_midnight(ts: float | None = None) -> int:
-    now = _tehran(ts)
-    midnight = datetime.combine(now.date() + timedelta(days=1), datetime.min.time(), TEHRAN)
-    return max(1, int((midnight - now).total_seconds()))
+    """Whole seconds until the next Tehran day, rounded up (at least 1)."""
+    return _seconds_until(next_tehran_midnight(ts), ts)
+
+
+def seconds_to_next_month(ts: float | None = None) -> int:
+    """Whole seconds until the next Jalali month, rounded up (at least 1): the Retry-After of a
+    spent monthly limit."""
+    return _seconds_until(next_month_start(ts), ts)
 
 
 def parse_day(text: str) -> jdatetime.date:

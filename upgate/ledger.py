@@ -135,19 +135,21 @@ class Ledger:
         self._reap_scan = store.script("reap_scan")
         self._shard_groups: list | None = None
         self._sweeps = 0
-        self._cal = (0.0, -1.0, "", "")  # (valid from, valid until, day, month)
+        self._cal = (0.0, -1.0, "", "", 0.0)  # (day start, next day start, day, month, next month start)
         self._strikes: dict[str, int] = {}  # model → consecutive strikes this node knows of
         self._cold: dict[str, float] = {}  # model → monotonic deadline
         self.journaled = 0  # settlements written to the journal by this process
         self._replay_pending = True  # look for journal files left by an earlier process
         self.replayed = 0
 
-    # ---- calendar keys (Tehran day, Jalali month), cached until the next Tehran midnight
+    # ---- calendar keys (Tehran day, Jalali month), cached for the Tehran day: from its exact
+    # first instant to the next day's (a rounded "seconds to midnight" would outlive the day)
     def _calendar(self, ts: float) -> tuple[str, str]:
-        start, end, day, month = self._cal
+        start, end, day, month, _ = self._cal
         if not start <= ts < end:
+            start, end = jalali.tehran_day_bounds(ts)
             day, month = jalali.day_key(ts), jalali.month_key(ts)
-            self._cal = (ts, ts + jalali.seconds_to_tehran_midnight(ts), day, month)
+            self._cal = (start, end, day, month, jalali.next_month_start(ts))
         return day, month
 
     # ---- admit
