@@ -367,3 +367,28 @@ def test_pricing_unavailable_before_any_catalog(make_node, redis_url):
     with pytest.raises(openai.APIStatusError) as e:
         client(node, key).chat.completions.create(model="mock/chat-1", messages=HELLO)
     assert e.value.status_code == 503 and e.value.code == "pricing_unavailable"
+
+
+@pytest.mark.parametrize("dialect", ["openai", "openrouter"])
+def test_embeddings_body_reaches_the_provider_unaltered(redis_url, mock, funded, dialect):
+    """OpenAI refuses unknown fields on embeddings: no `stream`, `usage` or `stream_options` is
+    added there (chat and completions still get them)."""
+    from tests.gateway import Node, load_catalog, test_settings
+
+    key, _, _ = funded
+    load_catalog(redis_url)
+    node = Node(test_settings(redis_url), {"mock": mock.provider(dialect=dialect)})
+    try:
+        c = client(node, key)
+        emb = c.embeddings.create(model="mock/embed-1", input="hello", dimensions=4,
+                                  extra_body={"models": ["mock/embed-1"]})
+        assert len(emb.data[0].embedding) == 4
+        sent = mock_stats(mock)["last_body"]
+        assert sent == {"model": "mock-embed-1", "input": "hello", "dimensions": 4,
+                        "encoding_format": "base64"}
+        c.completions.create(model="mock/chat-1", prompt="Say hi", max_tokens=3)
+        sent = mock_stats(mock)["last_body"]
+        assert sent["stream"] is False
+        assert ("usage" in sent) == (dialect == "openrouter")
+    finally:
+        node.close()

@@ -150,7 +150,8 @@ class ProxyHandler(BaseHandler):
         provider = ctx.providers.get(model.provider)
         if provider is None or not provider.available:
             raise _Failed(GatewayError("upstream_unavailable"))
-        payload = prepare_body(req.body, provider.dialect, model.upstream_model, req.stream)
+        payload = prepare_body(req.body, provider.dialect, model.upstream_model, req.stream,
+                               path=self.PATH)
         call = self._call = ctx.upstream.open(provider.url(self.PATH), payload, provider.headers())
         t0 = time.monotonic()
         try:

@@ -2,10 +2,13 @@
 
 Everything the client sent passes through unchanged (tools, response_format, reasoning,
 plugins, provider, transforms, unknown fields), except:
-- `model` becomes the catalog's upstream model and `stream` what the gateway chose;
-- usage is always asked for, in the provider's dialect, so settlement has real numbers;
+- `model` becomes the catalog's upstream model;
 - `models` is dropped: the gateway runs the fallback list itself, and a provider doing its
-  own fallback could answer with a model the hold was not priced for.
+  own fallback could answer with a model the hold was not priced for;
+- on the generating routes (chat/completions, completions) only: `stream` becomes what the
+  gateway chose, and usage is always asked for, in the provider's dialect, so settlement has
+  real numbers. Embeddings have no stream and always report usage, and OpenAI refuses
+  unknown fields there: their body gets nothing added.
 """
 
 from typing import Any
@@ -13,14 +16,21 @@ from typing import Any
 import orjson
 
 DIALECTS = ("openrouter", "openai")
+GENERATING = ("chat/completions", "completions")  # the routes that stream and take usage options
 
 
-def prepare_body(body: dict, dialect: str, upstream_model: str, stream_upstream: bool) -> bytes:
-    """The JSON bytes to POST upstream. `body` itself is left untouched (fallback reuses it)."""
+def prepare_body(body: dict, dialect: str, upstream_model: str, stream_upstream: bool,
+                 path: str = "chat/completions") -> bytes:
+    """The JSON bytes to POST to `path` (relative to the provider's base URL). `body` itself is
+    left untouched (fallback reuses it)."""
+    if dialect not in DIALECTS:
+        raise ValueError(f"unknown dialect {dialect!r}")
     out: dict[str, Any] = dict(body)
     out["model"] = upstream_model
-    out["stream"] = stream_upstream
     out.pop("models", None)
+    if path not in GENERATING:  # embeddings: nothing added
+        return orjson.dumps(out)
+    out["stream"] = stream_upstream
     if dialect == "openrouter":
         usage = out.get("usage")
         out["usage"] = {**usage, "include": True} if isinstance(usage, dict) else {"include": True}
@@ -35,6 +45,4 @@ def prepare_body(body: dict, dialect: str, upstream_model: str, stream_upstream:
                 else {"include_usage": True})
         else:
             out.pop("stream_options", None)  # "stream_options is only allowed when stream is true"
-    else:
-        raise ValueError(f"unknown dialect {dialect!r}")
     return orjson.dumps(out)
