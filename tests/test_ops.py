@@ -2,6 +2,8 @@
 Each runs the real console entry point as a subprocess where the behaviour is about processes."""
 from __future__ import annotations
 
+import json
+import logging
 import os
 import re
 import signal
@@ -42,6 +44,45 @@ def test_metrics_are_prometheus_text_without_key_material(node, redis_url):
     assert holds == {"placed": 1.0, "settled": 1.0}
     assert "upgate_open_streams" in families
     assert "sk-up" not in text and key[-8:] not in text
+
+
+class AccessLog(logging.Handler):
+    """Collects the access log's JSON lines (the node logs on its own loop thread)."""
+
+    def __init__(self):
+        super().__init__()
+        self.lines: list[dict] = []
+
+    def emit(self, record):
+        self.lines.append(json.loads(record.getMessage()))
+
+    def __enter__(self):
+        logging.getLogger("upgate.access").addHandler(self)
+        return self
+
+    def __exit__(self, *exc):
+        logging.getLogger("upgate.access").removeHandler(self)
+
+    def wait(self, n: int, timeout: float = 5.0) -> list[dict]:
+        deadline = time.time() + timeout
+        while len(self.lines) < n and time.time() < deadline:
+            time.sleep(0.01)
+        return self.lines
+
+
+def test_access_log_names_the_key_on_svc_routes(node, redis_url):
+    key, account_id, _ = seed(redis_url, balance="100000")
+    h = {"Authorization": f"Bearer {key}"}
+    with AccessLog() as log:
+        assert httpx.get(node.base + "/svc/me", headers=h).status_code == 200
+        assert httpx.get(node.base + "/svc/usage?group_by=model", headers=h).status_code == 200
+        assert httpx.get(node.base + "/svc/usage?group_by=nope", headers=h).status_code == 400
+        lines = log.wait(3)
+    assert [(x["route"], x["status"]) for x in lines] == [
+        ("/v1/svc/me", 200), ("/v1/svc/usage", 200), ("/v1/svc/usage", 400)]
+    for x in lines:
+        assert x["account"] == account_id
+        assert x["key"] and key.startswith(x["key"]) and x["key"] != key
 
 
 def test_metrics_token(make_node):

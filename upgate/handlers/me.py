@@ -17,6 +17,7 @@ class MeHandler(BaseHandler):
     async def get(self) -> None:
         ctx = self.ctx
         key, account = await ctx.auth.authenticate(self.request.headers)
+        self.key = key  # the access log names the key (prefix) and its account
         acct = key.account_id
         pipe = ctx.redis.pipeline(transaction=False)
         pipe.hgetall(keyspace.wallet(acct))

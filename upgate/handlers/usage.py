@@ -33,6 +33,7 @@ class UsageHandler(BaseHandler):
     async def get(self) -> None:
         ctx = self.ctx
         key, _account = await ctx.auth.authenticate(self.request.headers)
+        self.key = key  # the access log names the key (prefix) and its account
         self.set_rate(await ctx.ledger.rate_peek(key.account_id, key.key_id))
         group_by = self.get_query_argument("group_by", "key")
         if group_by not in ("key", "model", "day"):
