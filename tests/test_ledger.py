@@ -299,9 +299,12 @@ def test_monthly_limit_counts_settled_and_open_holds(redis_url, r):
         return a, e, exact
 
     a, e, exact = run(redis_url, body)
-    assert (e.code, e.status, e.retry_after) == ("key_monthly_limit_reached", 429, None)
+    # every 429 carries Retry-After: here the seconds until the next Jalali month (Tehran time);
+    # waiting a few seconds cannot help, so the openai client is told not to retry
+    until = jalali.seconds_to_next_month(T0 / 1000)
+    assert (e.code, e.status, e.retry_after) == ("key_monthly_limit_reached", 429, until)
     assert e.svc == {"monthly_limit_toman": "10.000000", "spent_toman": "9.000000"}
-    assert e.headers() == {"x-should-retry": "false"}
+    assert e.headers() == {"Retry-After": str(until), "x-should-retry": "false"}
     assert e.rate.remaining == 60 - 2
     assert i(r.hget(keyspace.key_record(ACCT, KEY), "held")) == 4 * TOMAN
 
@@ -324,7 +327,9 @@ def test_monthly_limit_resets_with_the_jalali_month(redis_url, r):
 
     e, e2 = run(redis_url, body)
     assert e.svc["spent_toman"] == "4.000000"
+    assert e.retry_after == 1  # refused in the month's last second
     assert e2.svc == {"monthly_limit_toman": "5.000000", "spent_toman": "5.000000"}
+    assert e2.retry_after == 31 * 86_400  # refused at the first instant of 31-day Ordibehesht
     rec = h(r, keyspace.key_record(ACCT, KEY))
     assert rec["spent:1405-01"] == str(4 * TOMAN)
     assert rec["spent:1405-02"] == str(2 * TOMAN)

@@ -26,6 +26,7 @@ CODES: dict[str, Code] = {
     "not_found": Code(404, "This route does not exist.", final=True),
     "request_too_large": Code(413, "The request body is larger than 20 MB.", final=True),
     "rate_limit_exceeded": Code(429, "Too many requests per minute for this key."),
+    # Retry-After computed by the ledger: seconds until the next Jalali month (Tehran time)
     "key_monthly_limit_reached": Code(429, "This key's monthly spending limit is used up.", final=True),
     "too_many_concurrent_streams": Code(429, "Too many open streams for this account.", retry_after=5),
     "free_quota_exceeded": Code(429, "The account's daily free-model quota is spent.", retry_after=3600, final=True),

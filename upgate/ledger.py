@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import glob
 import logging
+import math
 import os
 import secrets
 import time
@@ -160,7 +161,8 @@ class Ledger:
         if hold_micro < 0:
             raise ValueError("hold_micro must not be negative")
         money.check_range(hold_micro)
-        day, month = self._calendar(self.clock() if now_ms is None else now_ms / 1000)
+        ts = self.clock() if now_ms is None else now_ms / 1000
+        day, month = self._calendar(ts)
         hold_id = secrets.token_hex(8)
         t = keyspace.tag(account_id)
         keys = (t + ":wallet", keyspace.key_record(account_id, key_id), keyspace.rpm(account_id, key_id),
@@ -170,10 +172,11 @@ class Ledger:
                 self.settings.max_streams, self.settings.free_quota_default, FREE_TTL_MS, account_id,
                 key_id, now_ms or 0)
         res = await self._admit(self.client, keys, args)
-        return self._admission(res, hold_id, alternative)
+        return self._admission(res, hold_id, alternative, ts)
 
-    def _admission(self, res, hold_id: str, alternative: dict | None) -> Admission:
-        """THE one place where admit.lua's return codes become values or exceptions."""
+    def _admission(self, res, hold_id: str, alternative: dict | None, ts: float) -> Admission:
+        """THE one place where admit.lua's return codes become values or exceptions. `ts`: the
+        Unix time whose Jalali month the monthly limit was read for."""
         code, limit, remaining, reset_ms, retry_ms, a, b, c = (int(x) for x in res)
         rate = RateInfo(limit, remaining, _ceil_s(reset_ms)) if limit else None
         if code == 0:
@@ -188,9 +191,10 @@ class Ledger:
         if name == "free_quota_exceeded":
             raise Rejected(name, rate=rate, retry_after=max(1, _ceil_s(retry_ms)),
                            svc=dict(alternative) if alternative else None)
-        if name == "key_monthly_limit_reached":
-            raise Rejected(name, rate=rate, svc={"monthly_limit_toman": money.fmt(a),
-                                                 "spent_toman": money.fmt(b)})
+        if name == "key_monthly_limit_reached":  # the limit starts again with the next Jalali month
+            month_start = self._cal[4] if self._cal[0] <= ts < self._cal[1] else jalali.next_month_start(ts)
+            raise Rejected(name, rate=rate, retry_after=max(1, math.ceil(month_start - ts)),
+                           svc={"monthly_limit_toman": money.fmt(a), "spent_toman": money.fmt(b)})
         if name == "insufficient_balance":
             raise Rejected(name, rate=rate, svc={
                 "balance_toman": money.fmt(a), "available_toman": money.fmt(a - b),
