@@ -1,9 +1,11 @@
 --! uses _lib
 --[[
   renew.lua: a live request's node extends the lease of its open holds (and their stream
-  slots) to now + lease, so the reaper leaves them alone. Holds that are no longer open are
-  skipped. The reaper index may keep an earlier deadline for the account: the reaper then looks
-  early, finds nothing due and re-files the account (see reap.lua).
+  slots) to now + lease, so the reaper leaves them alone. Holds that are no longer open (the
+  reaper released them after a stall longer than the lease, or they were settled or released)
+  are skipped and named in the reply, so the node can act on requests it no longer holds
+  money for. The reaper index may keep an earlier deadline for the account: the reaper then
+  looks early, finds nothing due and re-files the account (see reap.lua).
 
   Input:
     KEYS[1] open holds (zset, hold id → lease deadline ms)     {a:<acct>}:holds
@@ -13,7 +15,8 @@
     ARGV[3] hold-record prefix   "{a:<acct>}:hold:"
     ARGV[4..] hold ids
 
-  Output: the number of holds renewed
+  Output: the hold ids of ARGV[4..] that were NOT renewed (not open: reaped, closed or unknown),
+          in ARGV order; an empty array when every hold was renewed
 ]]
 local holds, streams = KEYS[1], KEYS[2]
 local lease_ms = tonumber(ARGV[1])
@@ -21,7 +24,7 @@ local now = clock_ms(ARGV[2])
 local hold_prefix = ARGV[3]
 local deadline = istr(now + lease_ms)
 
-local renewed = 0
+local lost = {}
 for i = 4, #ARGV do
   local hold_id = ARGV[i]
   local hold_key = hold_prefix .. hold_id
@@ -32,7 +35,8 @@ for i = 4, #ARGV do
     if rec[2] == '1' then
       rcall('ZADD', streams, 'XX', deadline, hold_id)
     end
-    renewed = renewed + 1
+  else
+    lost[#lost + 1] = hold_id
   end
 end
-return renewed
+return lost

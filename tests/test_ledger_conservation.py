@@ -91,7 +91,8 @@ def check(url, sync, ops, initial, sharded=False):
                     if x["state"] in ("open", "reaped"):
                         x["state"] = "released"
                 else:
-                    await L.renew(acct, [x["id"]], now_ms=now)
+                    lost = await L.renew(acct, [x["id"]], now_ms=now)
+                    assert lost == ([] if x["state"] == "open" else [x["id"]])
                     if x["state"] == "open":
                         x["deadline"] = now + LEASE_MS
             elif kind == "reap":

@@ -94,6 +94,42 @@ def test_renew_extends_leases_of_holds_and_slots(redis_url, r):
     assert h(r, keyspace.hold(ACCT, b.hold_id))["state"] == "reaped"
 
 
+def test_renew_names_the_holds_it_could_not_renew(redis_url, r, caplog):
+    """A request whose node stalled past its lease finds its hold reaped (or gone): renew says
+    which holds it did not renew, in one call, and logs a warning per lost hold (ids only)."""
+    seed_account(r, balance=50 * TOMAN)
+    seed_key(r)
+
+    async def body(L):
+        live = await admit(L, TOMAN, stream=True, now=T0)
+        stalled = await admit(L, 2 * TOMAN, stream=True, now=T0 - 20_000)
+        settled = await admit(L, TOMAN, now=T0)
+        assert await settle(L, settled.hold_id, 5)
+        assert await L.reap(now_ms=T0 + 10_000) == 1  # the stalled one's lease lapsed at T0 + 10 s
+        calls = []
+        real = L._renew
+
+        async def counting(client, keys, args):
+            calls.append(keys)
+            return await real(client, keys, args)
+
+        L._renew = counting
+        lost = await L.renew(ACCT, [live.hold_id, stalled.hold_id, settled.hold_id], now_ms=T0 + 15_000)
+        assert len(calls) == 1
+        assert await L.renew(ACCT, [live.hold_id], now_ms=T0 + 16_000) == []
+        assert await L.renew(ACCT, []) == []
+        return live, stalled, settled, lost
+
+    with caplog.at_level("WARNING", logger="upgate.ledger"):
+        live, stalled, settled, lost = run(redis_url, body)
+    assert sorted(lost) == sorted([stalled.hold_id, settled.hold_id])
+    assert r.zscore(keyspace.holds(ACCT), live.hold_id) == T0 + 16_000 + 30_000
+    warnings = [rec.getMessage() for rec in caplog.records if "lease" in rec.getMessage()]
+    assert len(warnings) == 2
+    assert any(stalled.hold_id in w for w in warnings) and any(settled.hold_id in w for w in warnings)
+    assert not any(KEY in w.split() or "acme" in w for w in warnings)
+
+
 def test_concurrent_reapers_release_each_hold_once(redis_url, r):
     accounts = [f"acct-{n}" for n in range(8)]
     for a in accounts:

@@ -294,12 +294,20 @@ class Ledger:
         return results
 
     # ---- leases
-    async def renew(self, account_id: str, hold_ids: list[str], now_ms: int | None = None) -> None:
-        """Extend the leases of this node's live holds of one account (one script call)."""
+    async def renew(self, account_id: str, hold_ids: list[str], now_ms: int | None = None) -> list[str]:
+        """Extend the leases of this node's live holds of one account (one script call). Returns
+        the hold ids that were NOT renewed: no longer open, typically reaped after a stall longer
+        than the lease. Such a request has no money on hold and no stream slot any more (a
+        settle still charges it); the caller decides what to do with it."""
         if not hold_ids:
-            return
-        await self._renew(self.client, (keyspace.holds(account_id), keyspace.streams(account_id)),
-                          (self.lease_ms, now_ms or 0, keyspace.hold(account_id, ""), *hold_ids))
+            return []
+        lost = [_s(h) for h in await self._renew(
+            self.client, (keyspace.holds(account_id), keyspace.streams(account_id)),
+            (self.lease_ms, now_ms or 0, keyspace.hold(account_id, ""), *hold_ids))]
+        for hold_id in lost:
+            log.warning("lease of hold %s (account %s) lost: it was no longer open when renewed "
+                        "(reaped after a stall longer than the lease?)", hold_id, account_id)
+        return lost
 
     async def reap(self, now_ms: int | None = None) -> int:
         """Release every expired hold and stream slot of every account, charging nothing; returns
