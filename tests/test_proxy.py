@@ -392,3 +392,69 @@ def test_embeddings_body_reaches_the_provider_unaltered(redis_url, mock, funded,
         assert ("usage" in sent) == (dialect == "openrouter")
     finally:
         node.close()
+
+
+def test_shutdown_cut_does_not_fall_back_to_the_next_model(node, mock, redis_url, funded):
+    """abort() (the grace period is over) stops the request: no next candidate is tried."""
+    import threading
+
+    key, account_id, _ = funded
+    result = {}
+
+    def run():
+        try:
+            client(node, key).chat.completions.create(
+                model="mock/chat-1", messages=HELLO,
+                extra_body={"models": ["mock/chat-big"], "mock": {"latency_ms": 3000}})
+            result["answer"] = "ok"
+        except openai.APIStatusError as e:
+            result["answer"] = (e.status_code, e.code, e.message)
+
+    t = threading.Thread(target=run)
+    t.start()
+    deadline = time.time() + 5
+    while not mock_stats(mock)["active"] and time.time() < deadline:
+        time.sleep(0.02)
+    node.drain(0.1)
+    t.join(10)
+    status, code, message = result["answer"]
+    assert (status, code) == (502, "upstream_error") and "shutdown" in message
+    assert mock_stats(mock)["requests"] == 1  # mock/chat-big was never asked
+    assert wallet(redis_url, account_id) == {"balance": 100_000_000_000, "held": 0}
+
+
+def test_a_store_that_refuses_does_not_turn_a_4xx_into_503(node, redis_url, funded):
+    """The rate headers of an error before admit are best effort: a store that answers BUSY
+    (here: a long script) leaves them out, the client still gets the spec's 4xx."""
+    import threading
+
+    key, _, _ = funded
+    h = {"Authorization": f"Bearer {key}"}
+    assert httpx.get(node.base + "/svc/me", headers=h).status_code == 200  # the key is cached now
+    r = redis.Redis.from_url(redis_url)
+    r.ping()  # a connection opened before the store turns busy, for SCRIPT KILL
+    r.config_set("busy-reply-threshold", 10)
+
+    def busy():
+        try:
+            redis.Redis.from_url(redis_url).eval("while true do end", 0)
+        except redis.ResponseError:  # killed below
+            pass
+
+    blocker = threading.Thread(target=busy)
+    blocker.start()
+    try:
+        time.sleep(0.3)
+        bad = {"model": "mock/chat-1", "messages": HELLO, "max_tokens": "100"}
+        resp = httpx.post(node.base + "/chat/completions", json=bad, headers=h, timeout=20)
+        assert resp.status_code == 400 and resp.json()["error"]["code"] == "invalid_request"
+        assert "X-RateLimit-Limit" not in resp.headers and resp.headers["X-Svc-Request-Id"]
+        resp = httpx.post(node.base + "/chat/completions", json={"model": "nope/none", "messages": HELLO},
+                          headers=h, timeout=20)
+        assert resp.status_code == 404 and resp.json()["error"]["code"] == "model_not_found"
+    finally:
+        r.script_kill()
+        blocker.join(10)
+        r.config_set("busy-reply-threshold", 5000)
+    resp = httpx.post(node.base + "/chat/completions", json=bad, headers=h)
+    assert resp.status_code == 400 and resp.headers["X-RateLimit-Limit"] == "60"

@@ -6,10 +6,12 @@ byte, so a client that reads /v1/svc/me right after sees the charge.
 """
 from __future__ import annotations
 
+import logging
 import math
 import time
 
 import orjson
+import redis.exceptions
 import tornado.iostream
 import tornado.web
 
@@ -23,6 +25,8 @@ from upgate.upstream import sse
 from upgate.upstream.client import UpstreamCut, UpstreamTimeout, UpstreamUnreachable
 from upgate.upstream.dialects import prepare_body
 from upgate.upstream.errors import map_error
+
+log = logging.getLogger("upgate")
 
 _NO_FALLBACK = {"invalid_request"}  # the next model would refuse the same body
 _RATE_CODES = {"upstream_rate_limited", "free_capacity_exhausted"}
@@ -75,7 +79,7 @@ class ProxyHandler(BaseHandler):
             check_allowed(key.allowed_models, req.model_ids)
             self._check_cold(models)
         except GatewayError:
-            self.set_rate(await ctx.ledger.rate_peek(key.account_id, key.key_id))
+            await self._peek_rate(key)
             raise
         self.stream = req.stream
         free = all(m.free for m in models)
@@ -106,6 +110,15 @@ class ProxyHandler(BaseHandler):
             if not self._billed:  # an unexpected error: never leave a hold behind
                 await self._release()
 
+    async def _peek_rate(self, key) -> None:
+        """The X-RateLimit-* values for an error before admit. Best effort: a store that does not
+        answer must not turn the spec's 4xx into a 503; the headers are then left out."""
+        try:
+            self.set_rate(await self.ctx.ledger.rate_peek(key.account_id, key.key_id))
+        except (redis.exceptions.RedisError, OSError) as e:
+            log.warning("rate headers left out of request %s: store error (%s)", self.request_id,
+                        type(e).__name__)
+
     def _check_cold(self, models) -> None:
         waits = [self.ctx.ledger.cold_until(m.id) for m in models]
         if all(w for w in waits):
@@ -117,6 +130,8 @@ class ProxyHandler(BaseHandler):
         last = GatewayError("upstream_unavailable")
         strikes: list[str] = []  # models the provider rate-limited: one cool-down strike each
         for model in models:
+            if self._aborted or self._gone:  # shutdown or the client left: no next candidate
+                break
             if ctx.ledger.cold_until(model.id):
                 continue
             try:
@@ -124,9 +139,11 @@ class ProxyHandler(BaseHandler):
                 break
             except _Failed as f:
                 last = f.err
+                if self._aborted or self._gone:  # we cancelled it: not the provider's failure
+                    break
                 if f.strike:
                     strikes.append(model.id)
-                if f.err.code in _NO_FALLBACK or self._gone:
+                if f.err.code in _NO_FALLBACK:
                     break
         if self._billed:  # a candidate answered and was settled
             for m in strikes:
@@ -140,6 +157,8 @@ class ProxyHandler(BaseHandler):
         await self._release(credit_free=True, strike=final)
         if self._gone:
             return
+        if self._aborted:
+            last = GatewayError("upstream_error", "The request was cut by the gateway's shutdown.")
         if self._sse_open:
             self._finish_sse_error(last, models[0].id)
             return
