@@ -256,6 +256,30 @@ def test_journal_outlives_its_process_and_the_next_node_replays_it(own_redis, ow
     assert_settled(r, account_id, INITIAL, costs, {key_id: costs})
 
 
+def test_settlement_that_reaches_neither_store_nor_journal_never_crashes_the_node(own_redis, own_node, caplog):
+    """The store dies while two requests are upstream and the journal cannot be written (here:
+    its directory does not exist; disk full or permissions look the same). The charge is logged
+    as an error for the operator (ids and numbers), the JSON client gets 503 instead of an unbilled
+    answer, the stream ends without [DONE], and the node goes on serving once the store is back;
+    the reaper releases the two holds."""
+    node = own_node(lease_s=1.5, journal_path="/nonexistent-upgate-dir/settle.journal")
+    key, account_id, key_id = seed(own_redis.url, balance="1000")
+    with caplog.at_level("ERROR", logger="upgate.ledger"):
+        j, s = _strand_two_settlements(own_redis, node, key, account_id)
+    assert j.status_code == 503, j.text
+    assert j.json()["error"]["code"] == "service_unavailable" and j.headers["Retry-After"] == "5"
+    assert s.status_code == 200 and "[DONE]" not in s.text and "PROMPT-SECRET" not in s.text
+    lost = [rec.getMessage() for rec in caplog.records if "NOT recorded" in rec.getMessage()]
+    assert len(lost) == 2 and all(account_id in m and "micro-toman" in m for m in lost), lost
+    assert node.ctx.ledger.journaled == 0
+    own_redis.start()
+    r = redis.Redis(port=own_redis.port, decode_responses=True)
+    wait_for(lambda: wallet(r, account_id)[1] == 0, 20, "the reaper to release both holds")
+    ok = _chat(node, key)
+    assert ok.status_code == 200, ok.text
+    assert_settled(r, account_id, INITIAL, response_cost(ok), {key_id: response_cost(ok)})
+
+
 def test_redis_refusing_writes_is_a_503_and_settlements_go_to_the_journal(redis_url, make_node, mock, tmp_path):
     """The store answers but refuses writes: a failover demoted it to a read-only replica (a
     failed RDB save, MISCONF, looks the same to the gateway). New billable requests get 503

@@ -7,7 +7,8 @@ import asyncio
 import orjson
 import pytest
 
-from tests.ledger_kit import ACCT, KEY, T0, TOMAN, h, i, run, seed_account, seed_key, settings
+from tests.ledger_kit import (ACCT, KEY, T0, TOMAN, h, i, run, seed_account, seed_key, settings,
+                              settled_markers_only)
 from tests.procs import free_port
 from upgate import keyspace, ledger as ledger_mod, store
 from upgate.ledger import Ledger
@@ -69,7 +70,7 @@ def test_reaped_record_is_kept_for_a_late_settlement(redis_url, r):
     w = h(r, keyspace.wallet(ACCT))
     assert (w["balance"], w["held"]) == (str(48 * TOMAN), "0")
     assert i(r.hget(keyspace.key_record(ACCT, KEY), "held")) == 0
-    assert not r.keys(keyspace.tag(ACCT) + ":hold:*")
+    assert len(settled_markers_only(r)) == 1  # a's marker; b's record is gone
 
 
 def test_renew_extends_leases_of_holds_and_slots(redis_url, r):
@@ -264,6 +265,68 @@ def test_journal_replay_is_idempotent_even_when_lines_repeat(redis_url, r, tmp_p
 
     assert run(redis_url, body, sets) == 2  # applied once, then found already applied
     assert h(r, keyspace.wallet(ACCT))["balance"] == str(10 * TOMAN - 400_000)
+
+
+def test_replay_of_a_hold_the_store_forgot_is_reported_not_counted(redis_url, r, tmp_path, caplog):
+    """A journaled settlement whose hold record the store no longer has (lost with the store's
+    data) cannot be applied: the operator gets an error naming the hold and the cost, the line
+    is kept in <journal>.failed, and it does not count as replayed. One that was applied before
+    (a settled hold) still counts: replaying it again is harmless."""
+    seed_account(r, balance=10 * TOMAN)
+    seed_key(r)
+    sets = settings(tmp_path)
+
+    async def body(L):
+        a = await L.admit(account_id=ACCT, key_id=KEY, model="m/x", hold_micro=TOMAN, stream=False, free=False)
+        assert await settle(L, a.hold_id, 300_000)
+        applied = orjson.dumps({"a": ACCT, "h": a.hold_id, "k": KEY, "m": "acme/chat-1", "c": 300_000,
+                                "p": 3, "q": 4, "t": 0}) + b"\n"
+        lost = orjson.dumps({"a": ACCT, "h": "0123456789abcdef", "k": KEY, "m": "m/x", "c": 777_000,
+                             "p": 1, "q": 2, "t": 0}) + b"\n"
+        (tmp_path / "settle.journal").write_bytes(applied + lost)
+        n = await L.replay_journal()
+        return n, L.replayed, lost
+
+    with caplog.at_level("ERROR", logger="upgate.ledger"):
+        n, replayed, lost = run(redis_url, body, sets)
+    assert (n, replayed) == (1, 1)
+    errors = [rec.getMessage() for rec in caplog.records if rec.levelname == "ERROR"]
+    assert len(errors) == 1 and "0123456789abcdef" in errors[0] and "777000" in errors[0]
+    assert (tmp_path / "settle.journal.failed").read_bytes() == lost
+    assert not (tmp_path / "settle.journal").exists()
+    assert h(r, keyspace.wallet(ACCT))["balance"] == str(10 * TOMAN - 300_000)
+
+
+def test_settlement_that_reaches_neither_store_nor_journal_raises_a_clear_error(redis_url, r, tmp_path,
+                                                                                 monkeypatch, caplog):
+    """The store is unreachable and the journal cannot be written (disk full, permissions): settle
+    logs the charge (ids and numbers only) and raises SettlementNotRecorded, a 503."""
+    monkeypatch.setattr(ledger_mod, "SETTLE_BACKOFF_S", (0, 0, 0))
+    seed_account(r, balance=10 * TOMAN)
+    seed_key(r)
+    sets = settings(journal_path=str(tmp_path / "no-such-dir" / "settle.journal"))
+
+    async def body(L):
+        a = await L.admit(account_id=ACCT, key_id=KEY, model="m/x", hold_micro=TOMAN, stream=False, free=False)
+        dead = Ledger(store.connect_async(f"redis://127.0.0.1:{free_port()}/0"), sets)
+        try:
+            with pytest.raises(ledger_mod.SettlementNotRecorded) as info:
+                await dead.settle(ACCT, a.hold_id, key_id=KEY, model="acme/chat-1", cost_micro=1_234_567,
+                                  prompt_tokens=11, completion_tokens=22)
+        finally:
+            await dead.client.aclose()
+        return a, info.value, dead.journaled
+
+    with caplog.at_level("ERROR", logger="upgate.ledger"):
+        a, err, journaled = run(redis_url, body, sets)
+    assert journaled == 0
+    assert isinstance(err.__cause__, OSError)
+    assert (err.status, err.code, err.headers()["Retry-After"]) == (503, "service_unavailable", "5")
+    errors = [rec.getMessage() for rec in caplog.records if rec.levelname == "ERROR"]
+    assert len(errors) == 1
+    assert a.hold_id in errors[0] and ACCT in errors[0] and "1234567" in errors[0]
+    assert "acme" not in errors[0] and KEY not in errors[0].split()
+    assert h(r, keyspace.wallet(ACCT))["held"] == str(TOMAN)  # still held: the reaper releases it
 
 
 def test_replay_keeps_lines_while_the_store_is_down(tmp_path):

@@ -34,6 +34,9 @@ log = logging.getLogger("upgate.ledger")
 
 FREE_TTL_MS = 2 * 86_400_000  # a day's free counter outlives its day (credit-back of late releases)
 REAPED_KEEP_MS = 7 * 86_400_000  # a reaped hold's record: a late settle can still charge it
+# A settled hold's marker (state=settled, ~100 bytes a request): a settle sent again within this
+# time (a lost reply, a journal replayed twice) is told "already settled", not "unknown"
+SETTLED_KEEP_MS = 86_400_000
 USAGE_TTL_MS = 400 * 86_400_000  # daily usage aggregates: reports span at most 366 days
 STRIKE_MEMORY_MS = 600_000  # a run of strikes is forgotten after 10 quiet minutes
 REAP_BATCH = 500  # holds per reap.lua call
@@ -93,6 +96,17 @@ class Admission:
     hold_id: str
     hold_micro: int
     rate: RateInfo
+
+
+class SettlementNotRecorded(GatewayError):
+    """A settlement reached neither the store (unreachable) nor the journal (not writable: disk
+    full, permissions). The charge exists only in the error log, which names the hold, account
+    and amounts. The client gets 503 service_unavailable when nothing was sent yet; the hold stays
+    open in the store until the reaper releases it."""
+
+    def __init__(self, hold_id: str):
+        super().__init__("service_unavailable")
+        self.hold_id = hold_id
 
 
 class Rejected(GatewayError):
@@ -229,17 +243,26 @@ class Ledger:
                     await asyncio.sleep(SETTLE_BACKOFF_S[attempt])
                     continue
                 log.warning("settlement of hold %s failed (%s); journaled for replay", hold_id, type(e).__name__)
-                await self._journal({"a": account_id, "h": hold_id, "k": key_id, "m": model, "c": cost_micro,
-                                     "p": prompt_tokens, "q": completion_tokens, "t": int(time.time())})
+                try:
+                    await self._journal({"a": account_id, "h": hold_id, "k": key_id, "m": model,
+                                         "c": cost_micro, "p": prompt_tokens, "q": completion_tokens,
+                                         "t": int(time.time())})
+                except OSError as j:
+                    log.error("settlement of hold %s (account %s) NOT recorded: the store is unreachable "
+                              "and the journal could not be written (%s: %s); charge %d micro-toman "
+                              "(%d prompt + %d completion tokens) by hand", hold_id, account_id,
+                              type(j).__name__, j.strerror or j, cost_micro, prompt_tokens, completion_tokens)
+                    raise SettlementNotRecorded(hold_id) from j
                 return True
         if len(results) > 1:
             self._cooldown_result(cooldown_reset, results[1])
-        return int(results[0][0]) > 0
+        return int(results[0][0]) in (1, 2)  # 3: settled before, 0: unknown
 
     def _settle_call(self, account_id, hold_id, model, cost_micro, prompt_tokens, completion_tokens):
         return (self._settle, self._finish_keys(account_id, hold_id),
                 (hold_id, cost_micro, prompt_tokens, completion_tokens, model,
-                 keyspace.key_record(account_id, ""), keyspace.usage(account_id, ""), USAGE_TTL_MS))
+                 keyspace.key_record(account_id, ""), keyspace.usage(account_id, ""), USAGE_TTL_MS,
+                 SETTLED_KEEP_MS))
 
     async def release(self, account_id: str, hold_id: str, *, credit_free: bool = False,
                       strike: str | None = None) -> bool:
@@ -421,8 +444,9 @@ class Ledger:
     async def replay_journal(self) -> int:
         """Re-apply journaled settlements (idempotent by hold id); returns how many the store
         took (applied now, or found already applied). Lines it cannot take while unreachable go
-        back into the journal; a line it refuses outright (never expected) is moved to
-        `<journal>.failed` for the operator."""
+        back into the journal. A line it refuses outright (never expected), or whose hold it no
+        longer knows (its record was lost: that charge cannot be applied), is logged as an error
+        and moved to `<journal>.failed` for the operator."""
         path = self.settings.journal_path
         exists = os.path.exists(path)
         if not exists and not self._replay_pending:
@@ -449,8 +473,7 @@ class Ledger:
                     log.error("journal: unreadable line skipped (%d bytes)", len(raw))
                     continue
                 try:
-                    await self._run([call])
-                    done += 1
+                    code = int((await self._run([call]))[0][0])
                 except STORE_ERRORS as err:
                     if store_unavailable(err):
                         left.append(raw)
@@ -458,6 +481,15 @@ class Ledger:
                     log.error("journal: settlement of hold %s refused (%s); kept in %s.failed",
                               e["h"], err, path)
                     await asyncio.to_thread(_append_line, path + ".failed", raw + b"\n")
+                    continue
+                if code == 0:
+                    log.error("journal: hold %s (account %s) is unknown to the store (its record was "
+                              "lost, or settled over %d h ago): %d micro-toman NOT charged; charge it "
+                              "by hand (line kept in %s.failed)", e["h"], e["a"], SETTLED_KEEP_MS // 3_600_000,
+                              int(e["c"]), path)
+                    await asyncio.to_thread(_append_line, path + ".failed", raw + b"\n")
+                    continue
+                done += 1
             if left:
                 await asyncio.to_thread(_append_line, path, b"\n".join(left) + b"\n")
             try:
