@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings as hsettings, strategies as 
 
 from tests import ledger_kit as kit
 from tests.ledger_kit import KEY, T0, TOMAN, h, run, seed_account, seed_key, settings
-from tests.test_ledger_conservation import check as conservation, step
+from tests.test_ledger_conservation import check as conservation, free_quota, rpm, step
 from upgate import keyspace, store, usage
 
 pytestmark = pytest.mark.cluster
@@ -55,9 +55,10 @@ def test_no_60s_window_holds_more_than_rpm(cluster_url, sync):
 
 
 @hsettings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(ops=st.lists(step, min_size=3, max_size=60), initial=st.integers(0, 30 * TOMAN))
-def test_conservation_under_any_mix(cluster_url, sync, ops, initial):
-    conservation(cluster_url, sync, ops, initial, sharded=True)
+@given(ops=st.lists(step, min_size=3, max_size=60), initial=st.integers(0, 30 * TOMAN), quota=free_quota,
+       rpms=st.tuples(rpm, rpm))
+def test_conservation_under_any_mix(cluster_url, sync, ops, initial, quota, rpms):
+    conservation(cluster_url, sync, ops, initial, sharded=True, quota=quota, rpms=rpms)
 
 
 def test_reaper_finds_expired_holds_in_every_slot(cluster_url, sync):

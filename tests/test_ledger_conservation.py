@@ -1,7 +1,10 @@
 """Conservation of money under any mix of admit / settle / release / renew / reap (hypothesis),
-against a private real redis-server. A model predicts every admit outcome; after every step the
-wallet's and keys' `held` equal the open holds, and at the end balance = initial − Σ charges,
-held = 0 and each key's month counter = Σ its charges, to the micro-toman."""
+against a private real redis-server. The account's free quota and each key's rpm are drawn too,
+small ones included, so rpm and free-quota refusals and free credit-back are part of the mix.
+A model predicts every admit outcome; after every step the wallet's and keys' `held` equal the
+open holds and each day's free counter equals its admitted free requests minus those credited
+back, and at the end balance = initial − Σ charges, held = 0 and each key's month counter =
+Σ its charges, to the micro-toman."""
 from __future__ import annotations
 
 import uuid
@@ -27,19 +30,26 @@ op = st.one_of(
 )
 step = st.tuples(st.sampled_from((0, 0, 700, 5_000, 15_000, 31_000)), op)
 MAX_STREAMS = 3  # small, so the stream cap is reached in short runs
+RPM_WINDOW_MS = 60_000
+free_quota = st.sampled_from((0, 1, 2, 3, 1000))  # requests per Tehran day
+rpm = st.sampled_from((1, 2, 3, 5, 600))  # per key
 
 
-def check(url, sync, ops, initial, sharded=False):
+def check(url, sync, ops, initial, sharded=False, quota=1000, rpms=(600, 600)):
     acct = str(uuid.uuid4())
-    seed_account(sync, acct, balance=initial, free_quota=1000)
-    seed_key(sync, acct, "k1", rpm=600)
-    seed_key(sync, acct, "k2", rpm=600, monthly_limit=LIMIT_K2)
+    seed_account(sync, acct, balance=initial, free_quota=quota)
+    seed_key(sync, acct, "k1", rpm=rpms[0])
+    seed_key(sync, acct, "k2", rpm=rpms[1], monthly_limit=LIMIT_K2)
+    limits = dict(zip(KEYS, rpms))
+    free_taken: dict[str, int] = {}  # Tehran day → free requests admitted that day
+    free_credited: dict[str, int] = {}  # Tehran day → of those, credited back by a release
 
     async def body(L):
         now = T0
         holds: list[dict] = []  # every hold ever admitted, in order
         charged = {k: 0 for k in KEYS}
         balance = initial
+        counted = {k: [] for k in KEYS}  # each key's counted requests (times, ms): the rpm window
 
         def open_holds():
             return [x for x in holds if x["state"] == "open"]
@@ -49,10 +59,16 @@ def check(url, sync, ops, initial, sharded=False):
             kind = action[0]
             if kind == "admit":
                 _, key, amount, stream, free = action
+                day = jalali.day_key(now / 1000)
                 wallet_held = sum(x["amount"] for x in open_holds())
                 key_held = sum(x["amount"] for x in open_holds() if x["key"] == key)
-                if stream and sum(1 for x in open_holds() if x["stream"] and x["deadline"] > now) >= MAX_STREAMS:
+                in_window = sum(1 for t in counted[key] if t > now - RPM_WINDOW_MS)
+                if in_window >= limits[key]:
+                    expect = "rate_limit_exceeded"
+                elif stream and sum(1 for x in open_holds() if x["stream"] and x["deadline"] > now) >= MAX_STREAMS:
                     expect = "too_many_concurrent_streams"
+                elif free and free_taken.get(day, 0) - free_credited.get(day, 0) >= quota:
+                    expect = "free_quota_exceeded"
                 elif free:
                     expect = "ok"
                 elif key == "k2" and charged["k2"] + key_held + amount > LIMIT_K2:
@@ -61,6 +77,8 @@ def check(url, sync, ops, initial, sharded=False):
                     expect = "insufficient_balance"
                 else:
                     expect = "ok"
+                if expect != "rate_limit_exceeded":  # every other request is counted, refused or not
+                    counted[key].append(now)
                 result = {}
 
                 async def go():
@@ -72,7 +90,10 @@ def check(url, sync, ops, initial, sharded=False):
                 event(f"admit: {got}")
                 if got == "ok":
                     holds.append({"id": result["a"].hold_id, "key": key, "amount": 0 if free else amount,
-                                  "stream": stream, "state": "open", "deadline": now + LEASE_MS})
+                                  "stream": stream, "state": "open", "deadline": now + LEASE_MS,
+                                  "free": free, "day": day})
+                    if free:
+                        free_taken[day] = free_taken.get(day, 0) + 1
             elif kind in ("settle", "release", "renew") and holds:
                 x = holds[action[1] % len(holds)]
                 if kind == "settle":
@@ -88,6 +109,9 @@ def check(url, sync, ops, initial, sharded=False):
                 elif kind == "release":
                     done = await L.release(acct, x["id"], credit_free=action[2])
                     assert done == (x["state"] == "open")
+                    if done and x["free"] and action[2]:  # the provider never served it: given back
+                        free_credited[x["day"]] = free_credited.get(x["day"], 0) + 1
+                        event("free request credited back")
                     if x["state"] in ("open", "reaped"):
                         x["state"] = "released"
                 else:
@@ -113,6 +137,8 @@ def check(url, sync, ops, initial, sharded=False):
             if open_holds():
                 score = sync.zscore(keyspace.reap_index(acct, sharded), acct)
                 assert score is not None and score <= min(x["deadline"] for x in open_holds())
+            for d, taken in free_taken.items():
+                assert i(sync.get(keyspace.free(acct, d))) == taken - free_credited.get(d, 0), d
         # the end: every open request finishes one way or the other
         for n, x in enumerate(open_holds()):
             if n % 2:
@@ -136,10 +162,14 @@ def check(url, sync, ops, initial, sharded=False):
     total_cost = sum(int(h(sync, keyspace.usage(acct, d)).get("total|*|cost", 0)) for d in days)
     assert total_cost == sum(charged.values())
     assert sync.zcard(keyspace.holds(acct)) == 0 and sync.zcard(keyspace.streams(acct)) == 0
+    # the free counters: admitted free requests minus those credited back, per Tehran day
+    for d in days | set(free_taken):
+        assert i(sync.get(keyspace.free(acct, d))) == free_taken.get(d, 0) - free_credited.get(d, 0), d
 
 
 @hsettings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(ops=st.lists(step, min_size=10, max_size=80),
-       initial=st.one_of(st.sampled_from((0, 5 * TOMAN, 100 * TOMAN)), st.integers(0, 30 * TOMAN)))
-def test_conservation_under_any_mix(redis_url, r, ops, initial):
-    check(redis_url, r, ops, initial)
+       initial=st.one_of(st.sampled_from((0, 5 * TOMAN, 100 * TOMAN)), st.integers(0, 30 * TOMAN)),
+       quota=free_quota, rpms=st.tuples(rpm, rpm))
+def test_conservation_under_any_mix(redis_url, r, ops, initial, quota, rpms):
+    check(redis_url, r, ops, initial, quota=quota, rpms=rpms)
