@@ -2,6 +2,7 @@
 Each runs the real console entry point as a subprocess where the behaviour is about processes."""
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
@@ -83,6 +84,87 @@ def test_access_log_names_the_key_on_svc_routes(node, redis_url):
     for x in lines:
         assert x["account"] == account_id
         assert x["key"] and key.startswith(x["key"]) and x["key"] != key
+
+
+def scrape(node_url: str, headers: dict | None = None) -> dict:
+    """{(sample name, frozenset(labels)): value} of one /metrics scrape."""
+    text = httpx.get(node_url + "/metrics", headers=headers or {}).text
+    return {(s.name, frozenset(s.labels.items())): s.value
+            for f in text_string_to_metric_families(text) for s in f.samples}
+
+
+def sample(samples: dict, name: str, **labels) -> float:
+    return samples.get((name, frozenset(labels.items())), 0.0)
+
+
+def test_metrics_count_cooldowns_and_upstream_errors_per_candidate(node, redis_url):
+    key, _, _ = seed(redis_url, balance="100000")
+    c = openai.OpenAI(base_url=node.base, api_key=key, max_retries=0)
+    for _ in range(3):  # the third upstream 429 in a row turns the model cold
+        with pytest.raises(openai.RateLimitError):
+            c.chat.completions.create(model="mock/chat-big", messages=HELLO, extra_body={"mock": {"status": 429}})
+    # dead/chat cannot be reached, the fallback answers: the failure is dead's, not "-"
+    assert c.chat.completions.create(model="dead/chat", messages=HELLO,
+                                     extra_body={"models": ["mock/chat-1"]}).model == "mock/chat-1"
+    with pytest.raises(openai.InternalServerError):
+        c.chat.completions.create(model="mock/chat-1", messages=HELLO, extra_body={"mock": {"status": 500}})
+    with pytest.raises(openai.RateLimitError):  # cold: refused by the gateway, no provider involved
+        c.chat.completions.create(model="mock/chat-big", messages=HELLO)
+    m = scrape(node.url)
+    assert sample(m, "upgate_cooldowns_total", model="mock/chat-big") == 1
+    assert sample(m, "upgate_upstream_errors_total", provider="mock", code="upstream_rate_limited") == 3
+    assert sample(m, "upgate_upstream_errors_total", provider="dead", code="upstream_unavailable") == 1
+    assert sample(m, "upgate_upstream_errors_total", provider="mock", code="upstream_error") == 1
+    assert not [k for k in m if k[0] == "upgate_upstream_errors_total" and ("provider", "-") in k[1]]
+    # every attempt's wait is booked under its provider, failed ones included
+    assert sample(m, "upgate_upstream_seconds_count", provider="dead") == 1
+    assert sample(m, "upgate_upstream_seconds_count", provider="mock") == 5  # 3 × 429, 500, the fallback
+
+
+def test_metrics_count_reaped_holds(make_node, redis_url):
+    from upgate import store
+    from upgate.ledger import Ledger
+
+    node = make_node(lease_s=1.0)
+    key, account_id, key_id = seed(redis_url, balance="100000")
+
+    async def orphan():  # a hold whose node never renews it (as if that node had crashed)
+        client = store.connect_async(redis_url)
+        try:
+            await Ledger(client, node.settings).admit(account_id=account_id, key_id=key_id, model="mock/chat-1",
+                                                      hold_micro=1_000_000, stream=True, free=False)
+        finally:
+            await client.aclose()
+
+    asyncio.run(orphan())
+    assert _wallet(redis_url, account_id)[1] == 1_000_000
+    deadline = time.time() + 10
+    while sample(scrape(node.url), "upgate_holds_total", outcome="reaped") < 1 and time.time() < deadline:
+        time.sleep(0.1)
+    assert sample(scrape(node.url), "upgate_holds_total", outcome="reaped") == 1
+    assert _wallet(redis_url, account_id) == (100_000_000_000, 0)
+
+
+def test_upstream_time_of_failed_and_cut_attempts_is_not_gateway_overhead(make_node, redis_url):
+    node = make_node(upstream_silence_s=0.6)
+    key, _, _ = seed(redis_url, balance="100000")
+    c = openai.OpenAI(base_url=node.base, api_key=key, max_retries=0)
+    with AccessLog() as log:
+        with pytest.raises(openai.InternalServerError) as e:  # 504: 0.6 s of silence
+            c.chat.completions.create(model="mock/chat-1", messages=HELLO, extra_body={"mock": {"latency_ms": 3000}})
+        assert e.value.status_code == 504
+        with pytest.raises(openai.APIError):  # a stream cut after 3 chunks, 0.2 s apart
+            for _ in c.chat.completions.create(model="mock/chat-1", messages=HELLO, stream=True,
+                                               extra_body={"mock": {"chunks": 9, "cut_after": 3,
+                                                                    "chunk_delay_ms": 200}}):
+                pass
+        lines = log.wait(2)
+    timeout, cut = lines
+    assert timeout["status"] == 504 and timeout["upstream_ms"] >= 550 and timeout["overhead_ms"] < 200
+    assert cut["stream"] and cut["upstream_ms"] >= 350 and cut["overhead_ms"] < 200
+    m = scrape(node.url)
+    assert sample(m, "upgate_upstream_seconds_count", provider="mock") == 2
+    assert sample(m, "upgate_upstream_seconds_sum", provider="mock") >= 0.9
 
 
 def test_metrics_token(make_node):

@@ -38,6 +38,23 @@ class Metrics:
         streams.set_function(lambda: sum(1 for h in ctx.inflight.values() if h.stream))
         inflight = Gauge("upgate_inflight_requests", "Billable requests in flight on this node", registry=r)
         inflight.set_function(lambda: len(ctx.inflight))
+        self._count_reaped(ctx.ledger)
+
+    def _count_reaped(self, ledger) -> None:
+        """Holds the reaper released: the ledger keeps no counter of them, but its reaper loop
+        calls the public ``reap()`` through the instance and gets the count back; observe that
+        (what this node's reaper released, never double-counted: reap.lua is atomic)."""
+        reap = getattr(ledger, "reap", None)
+        if reap is None:
+            return
+
+        async def counted(*args, **kwargs):
+            n = await reap(*args, **kwargs)
+            if n:
+                self.holds.labels("reaped").inc(n)
+            return n
+
+        ledger.reap = counted
 
     def render(self) -> tuple[bytes, str]:
         return generate_latest(self.registry), CONTENT_TYPE_LATEST
@@ -72,15 +89,15 @@ def observe(ctx, handler) -> None:
         m.requests.labels(route, str(status), code).inc()
         if route.startswith("/v1/") and route != "/v1/models":
             m.overhead.labels(route).observe(max(0.0, total - upstream_ms / 1000))
-        answered = getattr(handler, "answered", None)
-        if answered is not None and upstream_ms:
-            m.upstream.labels(answered.provider).observe(upstream_ms / 1000)
+        for provider, seconds in getattr(handler, "attempts", ()):  # every attempt, failed ones too
+            m.upstream.labels(provider).observe(seconds)
         outcome = getattr(handler, "billing", None)
         if outcome:
             m.holds.labels("placed").inc()
             m.holds.labels(outcome).inc()
-        if err is not None and code.startswith(("upstream_", "free_capacity")):
-            m.upstream_errors.labels(answered.provider if answered else "-", code).inc()
+        for provider, failed in getattr(handler, "failures", ()):  # each failed candidate
+            if failed.startswith(("upstream_", "free_capacity")):
+                m.upstream_errors.labels(provider, failed).inc()
     if ctx.access_log is None:
         return
     key = getattr(handler, "key", None)

@@ -56,7 +56,10 @@ class ProxyHandler(BaseHandler):
     key = None
     answered = None
     cost_micro = 0
-    upstream_ms = 0.0
+    upstream_ms = 0.0  # time spent on the provider, summed over every attempt
+    attempts: list | tuple = ()  # (provider, seconds) of every upstream attempt, for metrics
+    failures: list | tuple = ()  # (provider, code) of every candidate that failed
+    _attempt = None  # (provider, start) of the upstream attempt in progress
     stream = False
     billing = None  # "settled" | "released", for metrics
     free = False
@@ -102,6 +105,7 @@ class ProxyHandler(BaseHandler):
         self.set_rate(self.hold.rate)
         self._billed = False
         self.free = free
+        self.attempts, self.failures = [], []
         ctx.inflight[self.hold.hold_id] = self
         try:
             await self._forward(req, models)
@@ -141,20 +145,27 @@ class ProxyHandler(BaseHandler):
                 last = f.err
                 if self._aborted or self._gone:  # we cancelled it: not the provider's failure
                     break
+                self.failures.append((model.provider, f.err.code))
                 if f.strike:
                     strikes.append(model.id)
                 if f.err.code in _NO_FALLBACK:
                     break
         if self._billed:  # a candidate answered and was settled
             for m in strikes:
-                await ctx.ledger.cooldown_strike(m)
+                await self._strike(m)
             return
         # every candidate failed before the client saw any content: nothing is charged, and a
         # `:free` request the provider never served goes back to the quota
         final = strikes.pop() if strikes else None
         for m in strikes:
-            await ctx.ledger.cooldown_strike(m)
+            await self._strike(m)
+        # The last strike rides in release's round trip, which returns no cool-down result: the
+        # model was not cold before (cold ones are skipped) and is cold after → this made it cold.
+        # (A strike of another node landing in the same instant would be counted here too.)
+        warm = final is not None and not ctx.ledger.cold_until(final)
         await self._release(credit_free=True, strike=final)
+        if warm and ctx.ledger.cold_until(final):
+            self._count_cooldown(final)
         if self._gone:
             return
         if self._aborted:
@@ -164,6 +175,14 @@ class ProxyHandler(BaseHandler):
             return
         raise last
 
+    async def _strike(self, model_id: str) -> None:
+        if await self.ctx.ledger.cooldown_strike(model_id) is not None:
+            self._count_cooldown(model_id)
+
+    def _count_cooldown(self, model_id: str) -> None:
+        if self.ctx.metrics is not None:
+            self.ctx.metrics.cooldowns.labels(model_id).inc()
+
     async def _try(self, req, model) -> None:
         ctx = self.ctx
         provider = ctx.providers.get(model.provider)
@@ -172,32 +191,50 @@ class ProxyHandler(BaseHandler):
         payload = prepare_body(req.body, provider.dialect, model.upstream_model, req.stream,
                                path=self.PATH)
         call = self._call = ctx.upstream.open(provider.url(self.PATH), payload, provider.headers())
-        t0 = time.monotonic()
+        self._attempt = (model.provider, time.monotonic())
         try:
-            await call.start()
-        except UpstreamUnreachable:
-            raise _Failed(GatewayError("upstream_unavailable")) from None
-        except UpstreamTimeout:
-            raise _Failed(GatewayError("upstream_timeout")) from None
-        except UpstreamCut:
-            raise _Failed(GatewayError("upstream_error")) from None
-        if call.status != 200:
             try:
-                raw = await call.body()
-            except (UpstreamCut, UpstreamTimeout):
-                raw = b""
-            status, code, message = map_error(call.status, raw, provider, model.free)
-            raise _Failed(GatewayError(code, message, status=status), strike=code in _RATE_CODES)
-        self.answered = model
-        if req.stream:
-            await self._relay_stream(call, model, req.body, t0)
-        else:
-            await self._relay_json(call, model, req.body, t0)
+                await call.start()
+            except UpstreamUnreachable:
+                raise _Failed(GatewayError("upstream_unavailable")) from None
+            except UpstreamTimeout:
+                raise _Failed(GatewayError("upstream_timeout")) from None
+            except UpstreamCut:
+                raise _Failed(GatewayError("upstream_error")) from None
+            if call.status != 200:
+                try:
+                    raw = await call.body()
+                except (UpstreamCut, UpstreamTimeout):
+                    raw = b""
+                self._attempt_over()
+                status, code, message = map_error(call.status, raw, provider, model.free)
+                raise _Failed(GatewayError(code, message, status=status), strike=code in _RATE_CODES)
+            self.answered = model
+            if req.stream:
+                await self._relay_stream(call, model, req.body)
+            else:
+                await self._relay_json(call, model, req.body)
+        finally:
+            self._attempt_over()
+
+    def _attempt_over(self) -> None:
+        """The provider is done with the current attempt: book its time, once. Every attempt's
+        wait is upstream time, failed, timed-out and cut ones included; otherwise a 504 or a
+        fallback would count as the gateway's own overhead. Called before the response's last
+        byte where one follows (the access log is written when the response finishes)."""
+        if self._attempt is None:
+            return
+        provider, start = self._attempt
+        self._attempt = None
+        secs = time.monotonic() - start
+        self.upstream_ms += secs * 1000
+        self.attempts.append((provider, secs))
 
     # ---- non-streaming: one JSON body
-    async def _relay_json(self, call, model, body, t0) -> None:
+    async def _relay_json(self, call, model, body) -> None:
         try:
             raw = await call.body()
+            self._attempt_over()
             obj = orjson.loads(raw)
             if not isinstance(obj, dict):
                 raise ValueError("not an object")
@@ -207,7 +244,6 @@ class ProxyHandler(BaseHandler):
             raise _Failed(GatewayError("upstream_error", "The provider's response was cut off.")) from None
         except ValueError:  # orjson.JSONDecodeError included
             raise _Failed(GatewayError("upstream_error", "The provider returned a malformed response.")) from None
-        self.upstream_ms = (time.monotonic() - t0) * 1000
         if isinstance(obj.get("error"), dict):  # some providers answer 200 with an error body
             raise _Failed(GatewayError("upstream_error", _error_message(obj["error"])))
         usage = obj.get("usage") if isinstance(obj.get("usage"), dict) else {}
@@ -238,7 +274,7 @@ class ProxyHandler(BaseHandler):
         self.flush()
         self.last_write = time.monotonic()
 
-    async def _relay_stream(self, call, model, body, t0) -> None:
+    async def _relay_stream(self, call, model, body) -> None:
         self._open_sse()
         self.flush()
         parser = sse.SSEParser()
@@ -283,11 +319,12 @@ class ProxyHandler(BaseHandler):
                     self.last_write = time.monotonic()
                     await self.flush()
         except (UpstreamCut, UpstreamTimeout) as e:
+            self._attempt_over()
             await self._cut(model, body, chars, str(e) or None)
             return
         except tornado.iostream.StreamClosedError:
             self._gone = True
-        self.upstream_ms = (time.monotonic() - t0) * 1000
+        self._attempt_over()
         if self._gone or not done and not self._billed:
             # the client left, or the provider ended without [DONE]: bill what was relayed
             await self._cut(model, body, chars, None)
@@ -305,8 +342,11 @@ class ProxyHandler(BaseHandler):
                 await self._release(credit_free=True)
         if self._gone or self._finished:
             return
-        message = "The stream was cut by the gateway's shutdown." if self._aborted else \
-            "The provider's stream failed part-way."
+        if self._aborted:
+            message = "The stream was cut by the gateway's shutdown."
+        else:
+            message = "The provider's stream failed part-way."
+            self.failures.append((model.provider, "upstream_error"))
         self._finish_sse_error(GatewayError("upstream_error", message), model.id)
 
     def _finish_sse_error(self, err: GatewayError, model_id: str) -> None:
