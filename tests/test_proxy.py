@@ -458,3 +458,57 @@ def test_a_store_that_refuses_does_not_turn_a_4xx_into_503(node, redis_url, fund
         r.config_set("busy-reply-threshold", 5000)
     resp = httpx.post(node.base + "/chat/completions", json=bad, headers=h)
     assert resp.status_code == 400 and resp.headers["X-RateLimit-Limit"] == "60"
+
+
+def _raw_stream(node, key, mock_opts: dict, timeout: float = 30) -> tuple[bytes, float | None]:
+    """The raw SSE bytes of one stream, and when (s after sending) the first keep-alive came."""
+    raw, first = b"", None
+    t0 = time.monotonic()
+    with httpx.stream("POST", node.base + "/chat/completions", headers={"X-API-Key": key}, timeout=timeout,
+                      json={"model": "mock/chat-1", "messages": HELLO, "stream": True, "mock": mock_opts}) as resp:
+        assert resp.status_code == 200 and resp.headers["Content-Type"].startswith("text/event-stream")
+        for chunk in resp.iter_raw():
+            raw += chunk
+            if first is None and b": keep-alive" in raw:
+                first = time.monotonic() - t0
+    return raw, first
+
+
+def test_keepalives_while_waiting_for_the_first_upstream_byte(make_node, redis_url, funded):
+    node = make_node(keepalive_s=0.6)
+    key, account_id, _ = funded
+    raw, first = _raw_stream(node, key, {"latency_ms": 2000})
+    head, _, rest = raw.partition(b"data: ")
+    assert head.count(b": keep-alive\n\n") >= 2 and head.replace(b": keep-alive\n\n", b"") == b""
+    assert 0.55 <= first <= 0.6 + 0.2 + 0.25  # keepalive_s + one sweeper tick + slack
+    assert raw.endswith(b"data: [DONE]\n\n") and b"tok4" in rest
+    # the openai client skips the comments and parses the stream as usual
+    before = wallet(redis_url, account_id)["balance"]
+    chunks = list(client(node, key).chat.completions.create(
+        model="mock/chat-1", messages=HELLO, stream=True, extra_body={"mock": {"latency_ms": 1500}}))
+    assert "".join(c.choices[0].delta.content or "" for c in chunks) == "tok0 tok1 tok2 tok3 tok4 "
+    assert before - wallet(redis_url, account_id)["balance"] == 3_750_000
+
+
+def test_first_keepalive_is_at_most_a_second_late(make_node, funded):
+    """The sweeper ticks at least once a second, whatever keepalive_s (15 s by default)."""
+    node = make_node(keepalive_s=4.5)
+    key, _, _ = funded
+    raw, first = _raw_stream(node, key, {"latency_ms": 6000})
+    assert 4.45 <= first <= 4.5 + 1.0 + 0.25
+    assert raw.index(b": keep-alive") < raw.index(b"data: ")
+
+
+def test_leases_of_long_streams_are_renewed(make_node, redis_url, funded):
+    """A stream longer than its lease is renewed by the sweeper, never reaped under it."""
+    node = make_node(lease_s=1.2)  # renewed every 0.4 s, reaped 1.2 s after its last renewal
+    key, account_id, _ = funded
+    r = redis.Redis.from_url(redis_url)
+    chunks = list(client(node, key).chat.completions.create(
+        model="mock/chat-1", messages=HELLO, stream=True, extra_body={"mock": {"chunks": 12, "chunk_delay_ms": 300}}))
+    assert len([c for c in chunks if c.choices and c.choices[0].delta.content]) == 12
+    assert 100_000_000_000 - wallet(redis_url, account_id)["balance"] == cost("mock/chat-1", 5, 12)
+    assert r.zcard(keyspace.streams(account_id)) == 0 and wallet(redis_url, account_id)["held"] == 0
+    time.sleep(0.5)  # two more reaper ticks
+    assert 'upgate_holds_total{outcome="reaped"}' not in httpx.get(node.url + "/metrics").text
+

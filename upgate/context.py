@@ -65,23 +65,33 @@ class Context:
     async def _sweep(self) -> None:
         """One timer for the whole node: renew the leases of long requests (one script call
         per account) and send SSE keep-alives on quiet streams. Per-request timers would cost
-        far more than this loop."""
+        far more than this loop.
+
+        It ticks at least once a second, so a keep-alive leaves at most a second after it is
+        due (15 s of quiet by default), and each hold is renewed once per renew_s, whatever the
+        tick; a tick costs a pass over this node's in-flight requests, nothing else."""
         s = self.settings
-        tick = min(s.renew_s, s.keepalive_s / 3)
+        tick = min(s.renew_s, s.keepalive_s / 3, 1.0)
+        renewed: dict[str, float] = {}  # hold id → when its lease was last renewed (or taken)
         while True:
             await asyncio.sleep(tick)
             now = time.monotonic()
             due: dict[str, list[str]] = {}
-            for hold_id, h in list(self.inflight.items()):
-                if now - h.started >= s.renew_s:
+            live = self.inflight
+            for hold_id, h in list(live.items()):
+                if now - renewed.get(hold_id, h.started) >= s.renew_s:
                     due.setdefault(h.key.account_id, []).append(hold_id)
+                    renewed[hold_id] = now
                 if h.stream and now - getattr(h, "last_write", h.started) >= s.keepalive_s:
                     h.ping()
-            for account_id, hold_ids in due.items():
-                try:
-                    await self.ledger.renew(account_id, hold_ids)
-                except redis.exceptions.RedisError as e:
-                    log.warning("lease renewal failed (%s); the reaper is the backstop", type(e).__name__)
+            for hold_id in renewed.keys() - live.keys():
+                del renewed[hold_id]
+            if due:
+                results = await asyncio.gather(*(self.ledger.renew(a, ids) for a, ids in due.items()),
+                                               return_exceptions=True)
+                for e in results:  # a failure must not stop the loop (keep-alives ride on it)
+                    if isinstance(e, Exception):
+                        log.warning("lease renewal failed (%s); the reaper is the backstop", type(e).__name__)
 
     def _dispatch(self, data: bytes) -> None:
         try:
