@@ -294,6 +294,37 @@ def test_worker_processes_share_one_port(redis_url, make_node, mock, tmp_path):
     assert not _children(proc.pid)
 
 
+def test_healthz_is_liveness_degraded_not_503_while_the_store_is_down(mock, tmp_path):
+    from tests.gateway import Node, load_catalog, test_settings
+    from tests.procs import RedisServer
+
+    own = RedisServer().start()
+    node = None
+    try:
+        load_catalog(own.url)
+        node = Node(test_settings(own.url, journal_path=str(tmp_path / "settle.journal")), {"mock": mock.provider()})
+        ok = httpx.get(node.url + "/healthz")
+        assert ok.status_code == 200
+        body = ok.json()
+        assert body["status"] == "ok" and body["down"] == [] and body["redis"] == "ok"
+        assert body["catalog"] == "loaded" and body["draining"] is False and body["pid"] == os.getpid()
+        assert body["journal"] == {"journaled": 0, "replayed": 0, "pending_bytes": 0}
+        own.stop()
+        down = httpx.get(node.url + "/healthz", timeout=10)
+        assert down.status_code == 200  # a liveness probe must not restart nodes for a store outage
+        body = down.json()
+        assert body["status"] == "degraded" and body["down"] == ["redis"] and body["redis"] == "unreachable"
+        own.start()
+        deadline = time.time() + 20
+        while httpx.get(node.url + "/healthz").json()["status"] != "ok" and time.time() < deadline:
+            time.sleep(0.1)
+        assert httpx.get(node.url + "/healthz").json()["status"] == "ok"
+    finally:
+        if node is not None:
+            node.close()
+        own.close()
+
+
 def _children(pid: int) -> list[int]:
     out = []
     for entry in os.listdir("/proc"):
