@@ -294,6 +294,28 @@ def test_worker_processes_share_one_port(redis_url, make_node, mock, tmp_path):
     assert not _children(proc.pid)
 
 
+def _pids_behind(url: str, want: int = 2, timeout: float = 20) -> set[int]:
+    """Worker pids seen on /healthz, one new connection per request (each may land anywhere)."""
+    pids: set[int] = set()
+    deadline = time.time() + timeout
+    while len(pids) < want and time.time() < deadline:
+        pids.add(httpx.get(url + "/healthz", headers={"Connection": "close"}).json()["pid"])
+    return pids
+
+
+def test_web_concurrency_sets_the_worker_count(redis_url, make_node, mock, tmp_path):
+    make_node()
+    proc, base = _serve(redis_url, mock, tmp_path, WEB_CONCURRENCY="2")
+    try:
+        deadline = time.time() + 10
+        while len(_children(proc.pid)) < 2 and time.time() < deadline:
+            time.sleep(0.1)
+        assert len(_children(proc.pid)) == 2
+        assert len(_pids_behind(base[:-len("/v1")])) == 2
+    finally:
+        assert stop(proc) == 0
+
+
 def test_healthz_is_liveness_degraded_not_503_while_the_store_is_down(mock, tmp_path):
     from tests.gateway import Node, load_catalog, test_settings
     from tests.procs import RedisServer

@@ -512,3 +512,47 @@ def test_leases_of_long_streams_are_renewed(make_node, redis_url, funded):
     time.sleep(0.5)  # two more reaper ticks
     assert 'upgate_holds_total{outcome="reaped"}' not in httpx.get(node.url + "/metrics").text
 
+
+def test_async_client_stream_embeddings_and_legacy_completions(node, redis_url, funded):
+    key, account_id, _ = funded
+
+    async def run():
+        c = openai.AsyncOpenAI(base_url=node.base, api_key=key, max_retries=0)
+        try:
+            stream = await c.chat.completions.create(model="mock/chat-1", messages=HELLO, stream=True,
+                                                     stream_options={"include_usage": True})
+            chunks = [ch async for ch in stream]
+            emb = await c.embeddings.create(model="mock/embed-1", input=["hello world", "second input"])
+            done = await c.completions.create(model="mock/chat-1", prompt="Say hi", max_tokens=3)
+            return chunks, emb, done
+        finally:
+            await c.close()
+
+    before = wallet(redis_url, account_id)["balance"]
+    chunks, emb, done = asyncio.run(run())
+    assert "".join(ch.choices[0].delta.content or "" for ch in chunks if ch.choices) == "tok0 tok1 tok2 tok3 tok4 "
+    assert chunks[-1].usage.completion_tokens == 5
+    assert [d.index for d in emb.data] == [0, 1] and len(emb.data[0].embedding) > 0
+    assert done.choices[0].text == "tok0 tok1 tok2 "
+    expected = 3_750_000 + emb.usage.prompt_tokens * 20_000 + cost("mock/chat-1", done.usage.prompt_tokens, 3)
+    assert before - wallet(redis_url, account_id)["balance"] == expected
+    assert wallet(redis_url, account_id)["held"] == 0
+
+
+def test_gateway_failures_surface_as_the_clients_exception_classes(make_node, redis_url, funded):
+    node = make_node(upstream_silence_s=0.5)
+    key, account_id, _ = funded
+    c = client(node, key)
+    with pytest.raises(openai.InternalServerError) as e:  # 504: no byte within the silence limit
+        c.chat.completions.create(model="mock/chat-1", messages=HELLO, extra_body={"mock": {"latency_ms": 3000}})
+    assert e.value.status_code == 504 and e.value.code == "upstream_timeout"
+    with pytest.raises(openai.InternalServerError) as e:  # 503: the provider cannot be reached
+        c.chat.completions.create(model="dead/chat", messages=HELLO)
+    assert e.value.status_code == 503 and e.value.code == "upstream_unavailable"
+    assert e.value.response.headers["Retry-After"] == "30"
+    with pytest.raises(openai.APIStatusError) as e:  # 413: the openai client has no class of its own
+        c.chat.completions.create(model="mock/chat-1",
+                                  messages=[{"role": "user", "content": "a" * (20 * 1024 * 1024)}])
+    assert e.value.status_code == 413 and e.value.code == "request_too_large"
+    assert e.value.response.headers["x-should-retry"] == "false"
+    assert wallet(redis_url, account_id) == {"balance": 100_000_000_000, "held": 0}
