@@ -303,6 +303,39 @@ def _pids_behind(url: str, want: int = 2, timeout: float = 20) -> set[int]:
     return pids
 
 
+def test_two_worker_processes_serve_and_scrape_as_one(redis_url, make_node, mock, tmp_path):
+    """--processes 2: two workers really answer (two pids), and every scrape of /metrics,
+    whichever worker takes it, shows the sum over both (prometheus multiprocess mode in a
+    temporary directory that is gone after shutdown)."""
+    make_node()
+    key, _, _ = seed(redis_url, balance="100000")
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    proc, base = _serve(redis_url, mock, tmp_path, "--processes", "2", TMPDIR=str(scratch))
+    url = base[:-len("/v1")]
+    try:
+        deadline = time.time() + 10
+        while len(_children(proc.pid)) < 2 and time.time() < deadline:
+            time.sleep(0.1)
+        pids = _pids_behind(url)
+        assert len(pids) == 2 and pids == set(_children(proc.pid)) and proc.pid not in pids
+        n = 8
+        for _ in range(n):  # a new client each time: new connections, spread over both workers
+            with openai.OpenAI(base_url=base, api_key=key, max_retries=0) as c:
+                assert c.chat.completions.create(model="mock/chat-1", messages=HELLO).choices
+        seen = set()
+        for _ in range(12):
+            m = scrape(url, {"Connection": "close"})
+            seen.add(sample(m, "upgate_requests_total", route="/v1/chat/completions", status="200", code=""))
+            assert sample(m, "upgate_holds_total", outcome="settled") == n
+            assert sample(m, "upgate_inflight_requests") == 0 and sample(m, "upgate_open_streams") == 0
+        assert seen == {n}
+        assert [p.name for p in scratch.iterdir()] and all(p.name.startswith("upgate-metrics-") for p in scratch.iterdir())
+    finally:
+        assert stop(proc) == 0
+    assert list(scratch.iterdir()) == []  # the metrics directory went with the server
+
+
 def test_web_concurrency_sets_the_worker_count(redis_url, make_node, mock, tmp_path):
     make_node()
     proc, base = _serve(redis_url, mock, tmp_path, WEB_CONCURRENCY="2")

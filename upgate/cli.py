@@ -5,15 +5,21 @@ below one) stops the command with one line on stderr and exit code 1, before any
 """
 from __future__ import annotations
 
+import atexit
 import logging
 import os
+import shutil
 import sys
+import tempfile
 
 import click
 
 from upgate.settings import SettingsError, from_env
 
 DEV_PEPPER = "upgate-insecure-dev-pepper"
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"  # read by prometheus-client when it is imported
+
+
 def _processes(option: int | None) -> int:
     """--processes, else $WEB_CONCURRENCY (what Heroku-style platforms set), else 1."""
     if option is not None:
@@ -45,6 +51,26 @@ def _check_redis_url(url: str) -> None:
         parse_url("redis://" + url[len("redis+cluster://"):] if store.is_cluster(url) else url)
     except ValueError as e:
         raise click.ClickException(f"UPGATE_REDIS_URL is malformed: {e}") from None
+
+
+def _shared_metrics_dir() -> None:
+    """Several workers on one port: a scrape reaches any one of them, so they keep their
+    Prometheus samples in files of one directory and /metrics sums them (prometheus-client's
+    multiprocess mode). An operator's own PROMETHEUS_MULTIPROC_DIR is used as it is; otherwise
+    a fresh temporary one, removed when the server exits. Must run before prometheus_client
+    is imported."""
+    if os.environ.get(MULTIPROC_ENV):
+        os.makedirs(os.environ[MULTIPROC_ENV], exist_ok=True)
+        return
+    path = tempfile.mkdtemp(prefix="upgate-metrics-")
+    os.environ[MULTIPROC_ENV] = path
+    owner = os.getpid()
+
+    def remove() -> None:
+        if os.getpid() == owner:  # workers inherit this hook through fork: only the parent cleans
+            shutil.rmtree(path, ignore_errors=True)
+
+    atexit.register(remove)
 
 
 def _setup_logging() -> None:
@@ -92,6 +118,12 @@ def serve(port: int | None, processes: int | None, insecure_dev: bool) -> None:
         providers = load_providers(settings.providers_path)
     except ProvidersError as e:
         raise click.ClickException(str(e)) from None
+    if processes > 1 or os.environ.get(MULTIPROC_ENV):
+        if "prometheus_client" in sys.modules and not os.environ.get(MULTIPROC_ENV):  # in-process callers
+            logging.getLogger("upgate").warning("metrics: each worker keeps its own registry "
+                                                "(prometheus_client was imported before serve)")
+        else:
+            _shared_metrics_dir()
     from upgate import server
 
     try:

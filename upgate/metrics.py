@@ -3,6 +3,12 @@
 Neither ever holds prompt or response content or key material: the log names the key by its
 display prefix only. The log line is handed to a background thread (QueueHandler), so a slow
 log reader never blocks the event loop.
+
+With several worker processes on one port (`upgate serve --processes N`), a scrape reaches
+one worker at random, so each worker writes its samples to files in PROMETHEUS_MULTIPROC_DIR
+(prometheus-client's multiprocess mode, set up by `upgate serve` before this module is
+imported) and /metrics renders the sum over every worker. Gauges therefore move by inc/dec
+(a callback gauge would only ever show the worker that was scraped).
 """
 from __future__ import annotations
 
@@ -15,7 +21,15 @@ import time
 
 import orjson
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import values
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+
+def multiprocess() -> bool:
+    """True when samples go through files shared by every worker process (decided by
+    prometheus-client when it was imported, from PROMETHEUS_MULTIPROC_DIR)."""
+    return bool(getattr(values.ValueClass, "_multiprocess", False))
+
 
 _FAST = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1)
 _SLOW = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
@@ -34,11 +48,23 @@ class Metrics:
         self.upstream_errors = Counter("upgate_upstream_errors_total", "Provider failures",
                                        ["provider", "code"], registry=r)
         self.cooldowns = Counter("upgate_cooldowns_total", "Models turned cold", ["model"], registry=r)
-        streams = Gauge("upgate_open_streams", "Streams open on this node", registry=r)
-        streams.set_function(lambda: sum(1 for h in ctx.inflight.values() if h.stream))
-        inflight = Gauge("upgate_inflight_requests", "Billable requests in flight on this node", registry=r)
-        inflight.set_function(lambda: len(ctx.inflight))
+        # livesum: the sum over the workers alive now (a dead worker's file is dropped)
+        self.streams = Gauge("upgate_open_streams", "Streams open on this node", registry=r,
+                             multiprocess_mode="livesum")
+        self.inflight = Gauge("upgate_inflight_requests", "Billable requests in flight on this node",
+                              registry=r, multiprocess_mode="livesum")
         self._count_reaped(ctx.ledger)
+
+    def opened(self, handler) -> None:
+        """A billable request took its hold (it is in ctx.inflight until closed())."""
+        self.inflight.inc()
+        if handler.stream:
+            self.streams.inc()
+
+    def closed(self, handler) -> None:
+        self.inflight.dec()
+        if handler.stream:
+            self.streams.dec()
 
     def _count_reaped(self, ledger) -> None:
         """Holds the reaper released: the ledger keeps no counter of them, but its reaper loop
@@ -57,6 +83,12 @@ class Metrics:
         ledger.reap = counted
 
     def render(self) -> tuple[bytes, str]:
+        if multiprocess():
+            from prometheus_client import multiprocess as mp
+
+            registry = CollectorRegistry()
+            mp.MultiProcessCollector(registry)
+            return generate_latest(registry), CONTENT_TYPE_LATEST
         return generate_latest(self.registry), CONTENT_TYPE_LATEST
 
 

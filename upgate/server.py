@@ -140,6 +140,7 @@ def _prefork(n: int) -> None:
         except InterruptedError:
             continue
         i = children.pop(pid, None)
+        _metrics_process_dead(pid)
         if i is None or stopping:
             continue
         if os.waitstatus_to_exitcode(status) != 0:
@@ -148,3 +149,13 @@ def _prefork(n: int) -> None:
             if spawn(i):
                 return
     sys.exit(0)
+
+
+def _metrics_process_dead(pid: int) -> None:
+    """Drop a dead worker's live gauges (open streams, requests in flight) from /metrics."""
+    from upgate.metrics import multiprocess
+
+    if multiprocess():
+        from prometheus_client import multiprocess as mp
+
+        mp.mark_process_dead(pid)

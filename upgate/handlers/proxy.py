@@ -107,10 +107,14 @@ class ProxyHandler(BaseHandler):
         self.free = free
         self.attempts, self.failures = [], []
         ctx.inflight[self.hold.hold_id] = self
+        if ctx.metrics is not None:
+            ctx.metrics.opened(self)
         try:
             await self._forward(req, models)
         finally:
             ctx.inflight.pop(self.hold.hold_id, None)
+            if ctx.metrics is not None:
+                ctx.metrics.closed(self)
             if not self._billed:  # an unexpected error: never leave a hold behind
                 await self._release()
 
