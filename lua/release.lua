@@ -3,9 +3,8 @@
   release.lua: the request was not served (provider error, nothing came back): charge nothing,
   give the hold back, free the stream slot and, for a `:free` request the provider never
   served, credit the request back to the free counter of the day it was counted on.
-  Idempotent by hold id: a released hold has no record any more and a settled one only its
-  `state = settled` marker, so a second call changes nothing. A hold the reaper already
-  released is only forgotten.
+  Idempotent by hold id: a settled or released hold has no record any more, so a second call
+  changes nothing. A hold the reaper already released is only forgotten.
 
   Input:
     KEYS[1] wallet hash                  {a:<acct>}:wallet

@@ -3,11 +3,8 @@
   settle.lua: a request completed (or was cut part-way after some output): charge its real
   cost, even above the hold (the balance may go negative; the next admit then answers 402),
   give back the hold, free the stream slot, add the cost to the key's `spent:<month of the hold>`
-  and the day's usage aggregates. Idempotent by hold id: a settled hold's record is cut down to
-  `state = settled` and kept for ARGV[9] ms, so a second call (a retry whose first reply was
-  lost, a journal replayed twice) changes nothing and says so (code 3); a released hold has
-  no record any more. Code 0 then means the store does not know the hold at all: its record
-  was lost (or settled longer ago than ARGV[9]), and the charge could not be applied.
+  and the day's usage aggregates. Idempotent by hold id: a settled or released hold has no
+  record any more, so a second call changes nothing.
   A hold the reaper already released (its node stalled past the lease, or journaled this
   settlement while the store was unreachable) is still charged: the request was served. Its
   hold was already given back, so only the charge and the aggregates apply.
@@ -25,25 +22,19 @@
     ARGV[6] key-record prefix   "{a:<acct>}:key:"   (+ the hold's key id)
     ARGV[7] usage prefix        "{a:<acct>}:usage:" (+ the hold's Tehran day)
     ARGV[8] usage hash time-to-live, ms
-    ARGV[9] how long a settled hold's record is kept (state = settled), ms
 
   Output: {code, balance, wallet_held}
     code 1  settled an open hold
     code 2  charged a hold the reaper had released
-    code 3  nothing changed: already settled
-    code 0  nothing changed: unknown (released, or its record lost)
+    code 0  nothing changed: unknown, already settled or released
 ]]
 local wallet, hold_key, holds, streams = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local hold_id, cost = ARGV[1], ARGV[2]
 local prompt, completion, model = ARGV[3], ARGV[4], ARGV[5]
 local key_prefix, usage_prefix, usage_ttl_ms = ARGV[6], ARGV[7], ARGV[8]
-local settled_keep_ms = ARGV[9]
 
 local rec = rcall('HMGET', hold_key, 'state', 'key', 'month', 'day')
 local state, key_id, month, day = rec[1], rec[2], rec[3], rec[4]
-if state == 'settled' then
-  return {3, 0, 0}
-end
 if state ~= 'open' and state ~= 'reaped' then
   return {0, 0, 0}
 end
@@ -54,9 +45,6 @@ if state == 'open' then
 else
   rcall('DEL', hold_key)
 end
--- what is left of the hold: a marker that it was settled (a repeated settle changes nothing)
-rcall('HSET', hold_key, 'state', 'settled')
-rcall('PEXPIRE', hold_key, settled_keep_ms)
 
 -- the charge
 local balance = rcall('HINCRBY', wallet, 'balance', istr(-tonumber(cost)))

@@ -275,14 +275,3 @@ def check_retried_admit_is_idempotent(url: str, sync) -> None:
     assert sum(int(v) for k, v in rec.items() if k.startswith("spent:")) == 2 * TOMAN
     assert sync.zcard(keyspace.holds(ACCT)) == 0 and sync.zcard(keyspace.streams(ACCT)) == 0
 
-
-def settled_markers_only(sync, acct: str = ACCT) -> list[str]:
-    """Assert that every hold record left for `acct` is a settled hold's marker ({state:
-    settled}, expiring within a day) and return their keys: nothing open, nothing reaped."""
-    from upgate.ledger import SETTLED_KEEP_MS
-
-    left = [_t(k) for k in sync.scan_iter(keyspace.tag(acct) + ":hold:*")]
-    for k in left:
-        assert h(sync, k) == {"state": "settled"}, (k, h(sync, k))
-        assert 0 < sync.pttl(k) <= SETTLED_KEEP_MS
-    return left

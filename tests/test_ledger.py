@@ -442,11 +442,8 @@ def test_settle_charges_releases_the_rest_and_aggregates_usage(redis_url, r):
     seed_key(r)
     day, month = jalali.day_key(T0 / 1000), jalali.month_key(T0 / 1000)
 
-    hold_id = []
-
     async def body(L):
         a = await admit(L, 5 * TOMAN, stream=True, now=T0)
-        hold_id.append(a.hold_id)
         first = await settle(L, a, 1_234_567, p=100, c=50)
         again = await settle(L, a, 1_234_567, p=100, c=50)
         released = await L.release(ACCT, a.hold_id)
@@ -458,8 +455,7 @@ def test_settle_charges_releases_the_rest_and_aggregates_usage(redis_url, r):
     k = h(r, keyspace.key_record(ACCT, KEY))
     assert (k["held"], k[f"spent:{month}"]) == ("0", "1234567")
     assert r.zcard(keyspace.streams(ACCT)) == 0 and r.zcard(keyspace.holds(ACCT)) == 0
-    # all that is left of the hold: the marker that tells a repeated settle "already settled"
-    assert kit.settled_markers_only(r) == [keyspace.hold(ACCT, hold_id[0])]
+    assert not r.keys(keyspace.tag(ACCT) + ":hold:*")
     usage = h(r, keyspace.usage(ACCT, day))
     for dim in (f"key|{KEY}", "model|acme/chat-1", "total|*"):
         assert usage[f"{dim}|requests"] == "1"

@@ -34,9 +34,6 @@ log = logging.getLogger("upgate.ledger")
 
 FREE_TTL_MS = 2 * 86_400_000  # a day's free counter outlives its day (credit-back of late releases)
 REAPED_KEEP_MS = 7 * 86_400_000  # a reaped hold's record: a late settle can still charge it
-# A settled hold's marker (state=settled, ~100 bytes a request): a settle sent again within this
-# time (a lost reply, a journal replayed twice) is told "already settled", not "unknown"
-SETTLED_KEEP_MS = 86_400_000
 USAGE_TTL_MS = 400 * 86_400_000  # daily usage aggregates: reports span at most 366 days
 STRIKE_MEMORY_MS = 600_000  # a run of strikes is forgotten after 10 quiet minutes
 REAP_BATCH = 500  # holds per reap.lua call
@@ -256,13 +253,12 @@ class Ledger:
                 return True
         if len(results) > 1:
             self._cooldown_result(cooldown_reset, results[1])
-        return int(results[0][0]) in (1, 2)  # 3: settled before, 0: unknown
+        return int(results[0][0]) > 0
 
     def _settle_call(self, account_id, hold_id, model, cost_micro, prompt_tokens, completion_tokens):
         return (self._settle, self._finish_keys(account_id, hold_id),
                 (hold_id, cost_micro, prompt_tokens, completion_tokens, model,
-                 keyspace.key_record(account_id, ""), keyspace.usage(account_id, ""), USAGE_TTL_MS,
-                 SETTLED_KEEP_MS))
+                 keyspace.key_record(account_id, ""), keyspace.usage(account_id, ""), USAGE_TTL_MS))
 
     async def release(self, account_id: str, hold_id: str, *, credit_free: bool = False,
                       strike: str | None = None) -> bool:
@@ -444,9 +440,13 @@ class Ledger:
     async def replay_journal(self) -> int:
         """Re-apply journaled settlements (idempotent by hold id); returns how many the store
         took (applied now, or found already applied). Lines it cannot take while unreachable go
-        back into the journal. A line it refuses outright (never expected), or whose hold it no
-        longer knows (its record was lost: that charge cannot be applied), is logged as an error
-        and moved to `<journal>.failed` for the operator."""
+        back into the journal. A line it refuses outright (never expected) is logged as an error and
+        moved to `<journal>.failed` for the operator.
+
+        An unknown hold (settle.lua code 0) means the charge was applied already: a hold that was
+        never settled keeps its record, open or reaped, for REAPED_KEEP_MS. A line older than that
+        cannot be told apart from a lost record, so it goes to `<journal>.failed` with an error.
+        (No per-request "settled" marker is kept: at full rate that would be millions of keys.)"""
         path = self.settings.journal_path
         exists = os.path.exists(path)
         if not exists and not self._replay_pending:
@@ -482,11 +482,10 @@ class Ledger:
                               e["h"], err, path)
                     await asyncio.to_thread(_append_line, path + ".failed", raw + b"\n")
                     continue
-                if code == 0:
-                    log.error("journal: hold %s (account %s) is unknown to the store (its record was "
-                              "lost, or settled over %d h ago): %d micro-toman NOT charged; charge it "
-                              "by hand (line kept in %s.failed)", e["h"], e["a"], SETTLED_KEEP_MS // 3_600_000,
-                              int(e["c"]), path)
+                if code == 0 and time.time() - int(e.get("t", 0)) > REAPED_KEEP_MS / 1000:
+                    log.error("journal: hold %s (account %s) is older than the store keeps hold records: "
+                              "cannot tell whether its %d micro-toman were charged; check and charge it "
+                              "by hand (line kept in %s.failed)", e["h"], e["a"], int(e["c"]), path)
                     await asyncio.to_thread(_append_line, path + ".failed", raw + b"\n")
                     continue
                 done += 1
