@@ -65,3 +65,18 @@ def test_cluster_clients_still_follow_moved(cluster_url):
             await client.aclose()
 
     assert asyncio.run(follow()) == (b"1", owner.name)
+
+
+def test_cluster_pubsub_keeps_the_credentials_and_tls_of_the_url():
+    """The event subscription on a cluster opens its own connection: it must log in (and use
+    TLS) like every other one, or a protected cluster would never deliver a revocation."""
+    import redis.asyncio as aioredis
+
+    client = store.connect_async("rediss+cluster://ops:s3cret@127.0.0.1:7000?ssl_cert_reqs=none")
+    assert isinstance(client, aioredis.RedisCluster)
+    pool = store.pubsub_async(client).connection_pool
+    assert pool.connection_kwargs["username"] == "ops" and pool.connection_kwargs["password"] == "s3cret"
+    assert pool.connection_kwargs["ssl_cert_reqs"] == "none"
+    assert pool.connection_class is aioredis.SSLConnection
+    plain = store.pubsub_async(store.connect_async("redis+cluster://127.0.0.1:7000")).connection_pool
+    assert plain.connection_class is aioredis.Connection and plain.connection_kwargs.get("password") is None

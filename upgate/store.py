@@ -2,7 +2,8 @@
 
 URL forms (``UPGATE_REDIS_URL``):
 - ``redis://host:port/db`` (or ``rediss://``) — one Redis server.
-- ``redis+cluster://host:port`` — a Redis Cluster, discovered from that seed node.
+- ``redis+cluster://host:port`` (``rediss+cluster://`` with TLS) — a Redis Cluster,
+  discovered from that seed node; user, password and ``?ssl_…`` options as for one server.
 - ``memory://`` — the embedded in-process store (fakeredis with Lua via lupa) for the demo
   and fast unit tests. Sync and async clients opened in one process share its data.
 """
@@ -35,12 +36,16 @@ def reset_memory() -> None:
     _MEMORY_SERVER = None
 
 
+_CLUSTER_SCHEMES = {"redis+cluster://": "redis://", "rediss+cluster://": "rediss://"}
+
+
 def is_cluster(url: str) -> bool:
-    return url.startswith("redis+cluster://")
+    return url.startswith(tuple(_CLUSTER_SCHEMES))
 
 
 def _cluster_seed(url: str) -> str:
-    return "redis://" + url[len("redis+cluster://"):]
+    scheme, _, rest = url.partition("://")
+    return _CLUSTER_SCHEMES[scheme + "://"] + rest
 
 
 def connect_async(url: str):
@@ -86,8 +91,16 @@ def pubsub_async(client):
     works while the whole cluster is down)."""
     if isinstance(client, aioredis.RedisCluster):
         node = client.get_default_node() or next(iter(client.nodes_manager.startup_nodes.values()))
-        return aioredis.Redis(host=node.host, port=node.port).pubsub()
+        # the node's credentials and TLS settings, without the cluster-only connection options
+        kwargs = {k: v for k, v in node.connection_kwargs.items() if k in _PUBSUB_OPTIONS or k.startswith("ssl_")}
+        pool = aioredis.ConnectionPool(connection_class=node.connection_class, host=node.host, port=node.port,
+                                       **kwargs)
+        return aioredis.Redis(connection_pool=pool).pubsub()
     return client.pubsub()
+
+
+_PUBSUB_OPTIONS = frozenset(("username", "password", "credential_provider", "socket_connect_timeout",
+                             "socket_keepalive"))
 
 
 # ---- a whole cluster unreachable ---------------------------------------------------------
