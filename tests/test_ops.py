@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
 import os
 import re
 import signal
@@ -47,22 +46,26 @@ def test_metrics_are_prometheus_text_without_key_material(node, redis_url):
     assert "sk-up" not in text and key[-8:] not in text
 
 
-class AccessLog(logging.Handler):
-    """Collects the access log's JSON lines (the node logs on its own loop thread)."""
+class AccessLog:
+    """Collects a node's access-log lines: stands in for its stdout (written by the log's own
+    writer thread, every 0.1 s)."""
 
-    def __init__(self):
-        super().__init__()
+    def __init__(self, node):
+        self.log = node.ctx.access_log
         self.lines: list[dict] = []
 
-    def emit(self, record):
-        self.lines.append(json.loads(record.getMessage()))
+    def write(self, data: bytes) -> None:
+        self.lines.extend(json.loads(line) for line in data.splitlines())
+
+    def flush(self) -> None:
+        pass
 
     def __enter__(self):
-        logging.getLogger("upgate.access").addHandler(self)
+        self.log._out, self._was = self, self.log._out
         return self
 
     def __exit__(self, *exc):
-        logging.getLogger("upgate.access").removeHandler(self)
+        self.log._out = self._was
 
     def wait(self, n: int, timeout: float = 5.0) -> list[dict]:
         deadline = time.time() + timeout
@@ -74,7 +77,7 @@ class AccessLog(logging.Handler):
 def test_access_log_names_the_key_on_svc_routes(node, redis_url):
     key, account_id, _ = seed(redis_url, balance="100000")
     h = {"Authorization": f"Bearer {key}"}
-    with AccessLog() as log:
+    with AccessLog(node) as log:
         assert httpx.get(node.base + "/svc/me", headers=h).status_code == 200
         assert httpx.get(node.base + "/svc/usage?group_by=model", headers=h).status_code == 200
         assert httpx.get(node.base + "/svc/usage?group_by=nope", headers=h).status_code == 400
@@ -149,7 +152,7 @@ def test_upstream_time_of_failed_and_cut_attempts_is_not_gateway_overhead(make_n
     node = make_node(upstream_silence_s=0.6)
     key, _, _ = seed(redis_url, balance="100000")
     c = openai.OpenAI(base_url=node.base, api_key=key, max_retries=0)
-    with AccessLog() as log:
+    with AccessLog(node) as log:
         with pytest.raises(openai.InternalServerError) as e:  # 504: 0.6 s of silence
             c.chat.completions.create(model="mock/chat-1", messages=HELLO, extra_body={"mock": {"latency_ms": 3000}})
         assert e.value.status_code == 504

@@ -16,7 +16,8 @@ from upgate import keyspace, store
 from upgate.auth import Auth
 from upgate.catalog import Catalog
 from upgate.ledger import STORE_ERRORS, Ledger
-from upgate.metrics import Metrics, access_logger, observe
+from upgate.access_log import AccessLog
+from upgate.metrics import Metrics, observe
 from upgate.settings import Settings
 from upgate.upstream.client import UpstreamClient
 
@@ -32,8 +33,8 @@ class Context:
         self.catalog = Catalog(self.redis)
         self.ledger = Ledger(self.redis, settings)
         self.upstream = UpstreamClient(silence_s=settings.upstream_silence_s)
-        self.metrics = Metrics(self)
-        self.access_log = access_logger() if access_log else None
+        self.metrics = Metrics()
+        self.access_log = AccessLog() if access_log else None
         self.subscribed = asyncio.Event()
         self.redis_ok = True
         self.draining = False
@@ -48,7 +49,8 @@ class Context:
             log.warning("store unreachable at start-up (%s); serving 503 until it answers", type(e).__name__)
         self._tasks = [
             asyncio.create_task(self._subscribe(), name="upgate-events"),
-            asyncio.create_task(self.ledger.run_reaper(self.settings.reap_s), name="upgate-reaper"),
+            asyncio.create_task(self.ledger.run_reaper(self.settings.reap_s, self.metrics.reaped),
+                                name="upgate-reaper"),
             asyncio.create_task(self.catalog.poll(30.0), name="upgate-catalog-poll"),
             asyncio.create_task(self._sweep(), name="upgate-sweeper"),
         ]
@@ -58,6 +60,8 @@ class Context:
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks = []
+        if self.access_log is not None:
+            self.access_log.close()
 
     def on_request_finished(self, handler) -> None:
         observe(self, handler)

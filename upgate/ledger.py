@@ -410,10 +410,11 @@ class Ledger:
             if int(released) < REAP_BATCH:
                 return total
 
-    async def run_reaper(self, interval_s: float) -> None:
+    async def run_reaper(self, interval_s: float, on_reaped=None) -> None:
         """Every node runs this: replay the journal, then reap, every `interval_s`. On a cluster the
         sweep over the index shards is done by one node per tick (a short lock); reaping itself
-        is idempotent, so two sweeps at once would only cost time."""
+        is idempotent, so two sweeps at once would only cost time. `on_reaped(n)` hears of every
+        sweep that released holds (metrics)."""
         lock_ms = max(1, int(interval_s * 1000 * 0.9))
         while True:
             try:
@@ -422,6 +423,8 @@ class Ledger:
                     n = await self.reap()
                     if n:
                         log.warning("reaper released %d expired holds (a node stopped renewing them)", n)
+                        if on_reaped is not None:
+                            on_reaped(n)
             except asyncio.CancelledError:
                 raise
             except Exception as e:  # keep the loop alive whatever happens; this is the backstop

@@ -1,8 +1,7 @@
 """Prometheus metrics for one node, and the per-request JSON access-log line.
 
 Neither ever holds prompt or response content or key material: the log names the key by its
-display prefix only. The log line is handed to a background thread (QueueHandler), so a slow
-log reader never blocks the event loop.
+display prefix only (see upgate/access_log.py for how lines are written).
 
 With several worker processes on one port (`upgate serve --processes N`), a scrape reaches
 one worker at random, so each worker writes its samples to files in PROMETHEUS_MULTIPROC_DIR
@@ -12,14 +11,8 @@ imported) and /metrics renders the sum over every worker. Gauges therefore move 
 """
 from __future__ import annotations
 
-import atexit
-import logging
-import logging.handlers
-import queue
-import sys
 import time
 
-import orjson
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client import values
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
@@ -36,7 +29,7 @@ _SLOW = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 
 
 class Metrics:
-    def __init__(self, ctx):
+    def __init__(self):
         r = self.registry = CollectorRegistry()
         self.requests = Counter("upgate_requests_total", "Requests by route, status and error code",
                                 ["route", "status", "code"], registry=r)
@@ -53,7 +46,6 @@ class Metrics:
                              multiprocess_mode="livesum")
         self.inflight = Gauge("upgate_inflight_requests", "Billable requests in flight on this node",
                               registry=r, multiprocess_mode="livesum")
-        self._count_reaped(ctx.ledger)
 
     def opened(self, handler) -> None:
         """A billable request took its hold (it is in ctx.inflight until closed())."""
@@ -66,21 +58,9 @@ class Metrics:
         if handler.stream:
             self.streams.dec()
 
-    def _count_reaped(self, ledger) -> None:
-        """Holds the reaper released: the ledger keeps no counter of them, but its reaper loop
-        calls the public ``reap()`` through the instance and gets the count back; observe that
-        (what this node's reaper released, never double-counted: reap.lua is atomic)."""
-        reap = getattr(ledger, "reap", None)
-        if reap is None:
-            return
-
-        async def counted(*args, **kwargs):
-            n = await reap(*args, **kwargs)
-            if n:
-                self.holds.labels("reaped").inc(n)
-            return n
-
-        ledger.reap = counted
+    def reaped(self, n: int) -> None:
+        """The node's reaper released `n` holds a stalled or crashed node left behind."""
+        self.holds.labels("reaped").inc(n)
 
     def render(self) -> tuple[bytes, str]:
         if multiprocess():
@@ -90,22 +70,6 @@ class Metrics:
             mp.MultiProcessCollector(registry)
             return generate_latest(registry), CONTENT_TYPE_LATEST
         return generate_latest(self.registry), CONTENT_TYPE_LATEST
-
-
-def access_logger() -> logging.Logger:
-    """`upgate.access`: one JSON object a line on stdout, written by a background thread."""
-    log = logging.getLogger("upgate.access")
-    if not log.handlers:
-        q: queue.SimpleQueue = queue.SimpleQueue()
-        out = logging.StreamHandler(sys.stdout)
-        out.setFormatter(logging.Formatter("%(message)s"))
-        listener = logging.handlers.QueueListener(q, out)
-        listener.start()
-        atexit.register(listener.stop)
-        log.addHandler(logging.handlers.QueueHandler(q))
-        log.setLevel(logging.INFO)
-        log.propagate = False
-    return log
 
 
 def observe(ctx, handler) -> None:
@@ -135,7 +99,7 @@ def observe(ctx, handler) -> None:
     key = getattr(handler, "key", None)
     hold = getattr(handler, "hold", None)
     answered = getattr(handler, "answered", None)
-    ctx.access_log.info(orjson.dumps({
+    ctx.access_log.write({
         "ts": round(time.time(), 3),
         "request_id": handler.request_id,
         "method": handler.request.method,
@@ -149,7 +113,7 @@ def observe(ctx, handler) -> None:
         "upstream_ms": round(upstream_ms, 2),
         "overhead_ms": round(max(0.0, total * 1000 - upstream_ms), 3),
         "cost_micro": getattr(handler, "cost_micro", 0) if hold is not None else 0,
-    }).decode())
+    })
 
 
 def _route(handler) -> str:
