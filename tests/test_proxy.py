@@ -556,3 +556,24 @@ def test_gateway_failures_surface_as_the_clients_exception_classes(make_node, re
     assert e.value.status_code == 413 and e.value.code == "request_too_large"
     assert e.value.response.headers["x-should-retry"] == "false"
     assert wallet(redis_url, account_id) == {"balance": 100_000_000_000, "held": 0}
+
+
+def test_a_stream_whose_hold_was_reaped_under_it_is_counted_lost_and_still_charged(make_node, redis_url, funded):
+    """A stall longer than the lease lets the reaper release a live request's hold. The next
+    renewal notices: the hold is counted as lost for the operator, the stream goes on, and its
+    settlement still charges the request (once), leaving nothing held."""
+    node = make_node(lease_s=1.2)
+    key, account_id, _ = funded
+    r = redis.Redis.from_url(redis_url)
+    stream = client(node, key).chat.completions.create(
+        model="mock/chat-1", messages=HELLO, stream=True, extra_body={"mock": {"chunks": 8, "chunk_delay_ms": 250}})
+    chunks = [next(stream)]
+    far = int((time.time() + 3600) * 1000)  # as if the node had stalled for an hour
+    assert node.thread.run(node.ctx.ledger.reap(now_ms=far)) == 1
+    assert wallet(redis_url, account_id)["held"] == 0 and r.zcard(keyspace.streams(account_id)) == 0
+    chunks += list(stream)
+    assert len([c for c in chunks if c.choices and c.choices[0].delta.content]) == 8
+    assert 100_000_000_000 - wallet(redis_url, account_id)["balance"] == cost("mock/chat-1", 5, 8)
+    assert wallet(redis_url, account_id)["held"] == 0
+    metrics = httpx.get(node.url + "/metrics").text
+    assert 'upgate_holds_total{outcome="lost"} 1.0' in metrics

@@ -77,25 +77,34 @@ class Context:
         s = self.settings
         tick = min(s.renew_s, s.keepalive_s / 3, 1.0)
         renewed: dict[str, float] = {}  # hold id → when its lease was last renewed (or taken)
+        lost: set[str] = set()  # holds the reaper took from under a live request: renewed no more
         while True:
             await asyncio.sleep(tick)
             now = time.monotonic()
             due: dict[str, list[str]] = {}
             live = self.inflight
             for hold_id, h in list(live.items()):
-                if now - renewed.get(hold_id, h.started) >= s.renew_s:
+                if h.billing is None and hold_id not in lost and now - renewed.get(hold_id, h.started) >= s.renew_s:
                     due.setdefault(h.key.account_id, []).append(hold_id)
                     renewed[hold_id] = now
                 if h.stream and now - getattr(h, "last_write", h.started) >= s.keepalive_s:
                     h.ping()
             for hold_id in renewed.keys() - live.keys():
                 del renewed[hold_id]
+            lost &= live.keys()
             if due:
                 results = await asyncio.gather(*(self.ledger.renew(a, ids) for a, ids in due.items()),
                                                return_exceptions=True)
                 for e in results:  # a failure must not stop the loop (keep-alives ride on it)
                     if isinstance(e, Exception):
                         log.warning("lease renewal failed (%s); the reaper is the backstop", type(e).__name__)
+                    elif e:
+                        # The reaper released these after a stall longer than the lease (ledger.renew
+                        # logged each). The requests go on: their settle still charges the reaped hold
+                        # (settle.lua code 2), and cutting a client's stream for our own stall would be
+                        # worse than a balance that may dip below zero. Counted for the operator.
+                        lost.update(e)
+                        self.metrics.holds.labels("lost").inc(len(e))
 
     def _dispatch(self, data: bytes) -> None:
         try:
