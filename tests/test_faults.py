@@ -260,7 +260,7 @@ def test_settlement_that_reaches_neither_store_nor_journal_never_crashes_the_nod
     """The store dies while two requests are upstream and the journal cannot be written (here:
     its directory does not exist; disk full or permissions look the same). The charge is logged
     as an error for the operator (ids and numbers), the JSON client gets 503 instead of an unbilled
-    answer, the stream ends without [DONE], and the node goes on serving once the store is back;
+    answer, the stream ends with an error event instead of [DONE], and the node goes on serving once the store is back;
     the reaper releases the two holds."""
     node = own_node(lease_s=1.5, journal_path="/nonexistent-upgate-dir/settle.journal")
     key, account_id, key_id = seed(own_redis.url, balance="1000")
@@ -269,6 +269,8 @@ def test_settlement_that_reaches_neither_store_nor_journal_never_crashes_the_nod
     assert j.status_code == 503, j.text
     assert j.json()["error"]["code"] == "service_unavailable" and j.headers["Retry-After"] == "5"
     assert s.status_code == 200 and "[DONE]" not in s.text and "PROMPT-SECRET" not in s.text
+    last = sse_payloads(s.text)[-1]  # the stream ends with an error event, not a bare close
+    assert last["error"]["code"] == "service_unavailable" and last["choices"][0]["finish_reason"] == "error"
     lost = [rec.getMessage() for rec in caplog.records if "NOT recorded" in rec.getMessage()]
     assert len(lost) == 2 and all(account_id in m and "micro-toman" in m for m in lost), lost
     assert node.ctx.ledger.journaled == 0

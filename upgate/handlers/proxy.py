@@ -19,7 +19,7 @@ from upgate import money, sizing
 from upgate.catalog import check_allowed
 from upgate.errors import GatewayError
 from upgate.handlers.base import BaseHandler
-from upgate.ledger import Rejected
+from upgate.ledger import Rejected, SettlementNotRecorded
 from upgate.requests import parse_json, validate, wants_web_search
 from upgate.upstream import sse
 from upgate.upstream.client import UpstreamCut, UpstreamTimeout, UpstreamUnreachable
@@ -111,6 +111,13 @@ class ProxyHandler(BaseHandler):
             ctx.metrics.opened(self)
         try:
             await self._forward(req, models)
+        except SettlementNotRecorded as e:
+            # the store and the journal both refused the charge (logged for the operator): a JSON
+            # client gets the 503, a stream already under way ends with an error event
+            if not self._sse_open:
+                raise
+            if not self._finished and not self._gone:
+                self._finish_sse_error(e, self.answered.id if self.answered else models[0].id)
         finally:
             ctx.inflight.pop(self.hold.hold_id, None)
             if ctx.metrics is not None:
