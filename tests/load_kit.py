@@ -214,7 +214,8 @@ class Gateway:
     def wait_ready(self, timeout: float = 20) -> None:
         def ready():
             try:
-                return httpx.get(self.url + "/healthz", timeout=2).status_code == 200
+                r = httpx.get(self.url + "/healthz", timeout=2)
+                return r.status_code == 200 and r.json().get("status") == "ok"  # not merely alive
             except httpx.HTTPError:
                 return False
         wait_for(ready, timeout, f"gateway on {self.port} to report healthy")
