@@ -395,3 +395,16 @@ def _children(pid: int) -> list[int]:
             except OSError:
                 continue
     return out
+
+
+def test_serve_raises_the_open_file_limit_to_the_hard_limit():
+    """Two sockets per open stream: a soft limit of 1,024 would cap a node near 500 streams."""
+    import subprocess
+    import sys
+
+    code = ("import resource as r; soft, hard = r.getrlimit(r.RLIMIT_NOFILE); "
+            "r.setrlimit(r.RLIMIT_NOFILE, (256, hard)); "
+            "from upgate.server import raise_fd_limit; raise_fd_limit(); "
+            "print(r.getrlimit(r.RLIMIT_NOFILE)[0] == (hard if hard != r.RLIM_INFINITY else 1 << 20))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
+    assert out.stdout.strip() == "True", out.stderr

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import resource
 import signal
 import socket
 import sys
@@ -95,7 +96,22 @@ def bind(port: int, host: str = "") -> list[socket.socket]:
         raise BindError(f"cannot listen on {where}: {e.strerror or e}") from None
 
 
+def raise_fd_limit() -> int:
+    """Every open stream holds two sockets (its client's and its provider's), so the common soft
+    limit of 1,024 descriptors would cap a node near 500 streams: raise it to the hard limit."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = 1 << 20 if hard == resource.RLIM_INFINITY else hard
+    if soft != resource.RLIM_INFINITY and soft < target:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+        except (ValueError, OSError) as e:
+            log.warning("could not raise the open-file limit from %d (%s)", soft, e)
+    return soft
+
+
 def run(settings: Settings, providers: dict, port: int, processes: int, host: str = "") -> None:
+    raise_fd_limit()
     sockets = bind(port, host)
     if processes > 1:
         _prefork(processes)
