@@ -80,3 +80,27 @@ def test_cluster_pubsub_keeps_the_credentials_and_tls_of_the_url():
     assert pool.connection_class is aioredis.SSLConnection
     plain = store.pubsub_async(store.connect_async("redis+cluster://127.0.0.1:7000")).connection_pool
     assert plain.connection_class is aioredis.Connection and plain.connection_kwargs.get("password") is None
+
+
+def test_async_client_packs_commands_in_c_and_they_work(redis_url):
+    """The hot path's commands are packed by hiredis: same bytes as redis-py, same answers."""
+    import asyncio
+
+    from redis.asyncio.connection import Connection
+
+    client = store.connect_async(redis_url)
+    conn = client.connection_pool.make_connection()
+    args = ("EVALSHA", "a" * 40, 2, "{a:1}:wallet", "{a:1}:holds", 123456789, "x y", b"\xff")
+    assert conn.pack_command(*args) == [b"".join(Connection.pack_command(conn, *args))]  # redis-py's own
+    assert conn.pack_command("SCRIPT LOAD", "return 1")[0].startswith(b"*3\r\n$6\r\nSCRIPT\r\n$4\r\nLOAD\r\n")
+
+    async def roundtrip():
+        await client.set("k", "välue")
+        sha = await client.script_load("return ARGV[1] .. KEYS[1]")
+        got = await client.evalsha(sha, 1, "k", 42), await client.get("k")
+        await client.aclose()
+        return got
+
+    assert asyncio.run(roundtrip()) == (b"42k", "välue".encode())
+    tls = store.connect_async("rediss://127.0.0.1:1/0")
+    assert issubclass(tls.connection_pool.connection_class, __import__("redis").asyncio.SSLConnection)
