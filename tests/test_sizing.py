@@ -1,23 +1,23 @@
-"""upgate/sizing.py: hold sizing and cost, pure functions (a small stand-in for the catalog's Model)."""
+"""upgate/sizing.py: hold sizing and cost, pure functions, priced with the catalog's Model."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from decimal import Decimal
 
 import pytest
 
 from upgate import sizing
+from upgate.catalog import Model
 
 
-@dataclass(frozen=True)
-class M:
-    id: str = "acme/chat-1"
-    prompt_toman_per_million: Decimal = Decimal("15000")
-    completion_toman_per_million: Decimal = Decimal("60000")
-    request_toman: Decimal = Decimal("0")
-    web_search_toman: Decimal = Decimal("0")
-    context_length: int | None = None
+def M(id: str = "acme/chat-1", prompt_toman_per_million="15000", completion_toman_per_million="60000",
+      request_toman="0", web_search_toman="0", context_length: int | None = None) -> Model:
+    """The catalog's own Model with test prices (decimal strings, as a catalog file has them)."""
+    return Model(id=id, provider="acme", upstream_model=id, name=id,
+                 prompt_toman_per_million=Decimal(prompt_toman_per_million),
+                 completion_toman_per_million=Decimal(completion_toman_per_million),
+                 request_toman=Decimal(request_toman), web_search_toman=Decimal(web_search_toman),
+                 capabilities=frozenset({"chat"}), context_length=context_length)
 
 
 def chat(text="hello", **extra):
@@ -134,15 +134,21 @@ def test_prompt_estimate_is_bounded_by_the_context_length():
 
 
 def test_fractional_prices_round_up_once():
-    m = M(prompt_toman_per_million=Decimal("0.0000001"), completion_toman_per_million=Decimal("0"))
-    assert sizing.hold_micro(chat("abc", max_tokens=1), [m]) == 1  # 5 tokens × 1e-7 → up to 1 micro
+    m = M(prompt_toman_per_million="0.000001", completion_toman_per_million="0")
+    assert sizing.hold_micro(chat("abc", max_tokens=1), [m]) == 1  # 5 tokens × 1e-6 micro → up to 1 micro
 
 
 def test_cost_micro_charges_real_tokens_and_fees():
     m = M(request_toman=Decimal("1"), web_search_toman=Decimal("30"))
     assert sizing.cost_micro(m, 1000, 500, False) == 1000 * 15000 + 500 * 60000 + 1_000_000
     assert sizing.cost_micro(m, 1000, 500, True) == 1000 * 15000 + 500 * 60000 + 31_000_000
-    odd = M(prompt_toman_per_million=Decimal("0.3333333"), completion_toman_per_million=Decimal("0"))
-    assert sizing.cost_micro(odd, 3, 0, False) == 1  # 0.9999999 micro → 1
+    odd = M(prompt_toman_per_million="0.333333", completion_toman_per_million="0")
+    assert sizing.cost_micro(odd, 3, 0, False) == 1  # 0.999999 micro → 1
+    assert sizing.cost_micro(odd, 4, 0, False) == 2  # 1.333332 micro → 2
+
+
+def test_a_price_the_catalog_could_not_hold_is_refused():
+    with pytest.raises(ValueError):
+        M(prompt_toman_per_million="0.0000001")
     assert sizing.cost_micro(M(), 0, 0, False) == 0
     assert sizing.cost_micro(M(), -5, 2, False) == 2 * 60000

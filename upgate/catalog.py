@@ -60,6 +60,13 @@ def valid_id(model_id: str) -> bool:
             and MODEL_ID.match(model_id) is not None)
 
 
+def _micro(toman) -> int:
+    scaled = Decimal(toman or 0) * money.MICRO
+    if scaled != scaled.to_integral_value():
+        raise ValueError(f"a price has more than six fractional digits: {toman}")
+    return int(scaled)
+
+
 @dataclass(frozen=True)
 class Model:
     id: str
@@ -76,10 +83,14 @@ class Model:
     hidden: bool = False
     free: bool = field(init=False)  # id ends with ":free"
     online: bool = field(init=False)  # id ends with ":online"
+    # The four prices as exact integers, for pricing without Decimal on every request:
+    # (prompt, completion) in micro-toman per million tokens, (request, web search) in micro-toman.
+    rates: tuple[int, int, int, int] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "free", self.id.endswith(":free"))
         object.__setattr__(self, "online", self.id.endswith(":online"))
+        object.__setattr__(self, "rates", tuple(_micro(getattr(self, f)) for f in PRICE_FIELDS))
 
     @property
     def owned_by(self) -> str:

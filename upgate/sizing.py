@@ -161,13 +161,11 @@ def _fee_micro(toman) -> int:
 
 
 def _price(model, prompt: int, completion: int, web_search: bool) -> int:
-    """Exact toman sum, rounded up once to the next micro-toman."""
-    total = (Decimal(prompt) * Decimal(model.prompt_toman_per_million)
-             + Decimal(completion) * Decimal(model.completion_toman_per_million)
-             + Decimal(model.request_toman or 0) * money.MICRO)
-    if web_search:
-        total += Decimal(model.web_search_toman or 0) * money.MICRO
-    return max(0, int(total.to_integral_value(rounding=ROUND_CEILING)))
+    """Exact sum in millionths of a micro-toman (integers only), rounded up once to the next
+    micro-toman."""
+    per_prompt, per_completion, request, web = model.rates
+    total = prompt * per_prompt + completion * per_completion + (request + (web if web_search else 0)) * money.MICRO
+    return max(0, -(-total // money.MICRO))
 
 
 def hold_micro(body: dict, models: list, *, embeddings: bool | None = None) -> int:
