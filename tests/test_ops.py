@@ -189,10 +189,12 @@ def _read_banner(proc, timeout=30) -> dict:
     return found
 
 
-def test_demo_runs_end_to_end_with_the_openai_client():
+def test_demo_runs_end_to_end_with_the_openai_client(tmp_path):
+    """Run from an empty folder, so the checkout cannot shadow the installed package: the Lua
+    scripts and the demo catalog must come from the package data (CI installs non-editable)."""
     port = free_port()
     proc = spawn([sys.executable, "-m", "upgate.cli", "demo", "--port", str(port)],
-                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=tmp_path)
     try:
         info = _read_banner(proc)
         assert info.get("key", "").startswith("sk-up-") and info["base"] == f"http://127.0.0.1:{port}/v1"

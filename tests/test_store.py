@@ -104,3 +104,21 @@ def test_async_client_packs_commands_in_c_and_they_work(redis_url):
     assert asyncio.run(roundtrip()) == (b"42k", "välue".encode())
     tls = store.connect_async("rediss://127.0.0.1:1/0")
     assert issubclass(tls.connection_pool.connection_class, __import__("redis").asyncio.SSLConnection)
+
+
+def test_a_burst_past_the_pool_waits_for_a_connection_instead_of_failing(redis_url):
+    """Thousands of streams opening at once send more commands than the pool has connections:
+    they queue for one (bounded) rather than fail with MaxConnectionsError (a 503)."""
+    import asyncio
+
+    async def burst():
+        client = store.connect_async(redis_url)
+        pool = client.connection_pool
+        try:
+            got = await asyncio.gather(*(client.incr("burst") for _ in range(pool.max_connections + 300)))
+            return got, len(pool._available_connections) + len(pool._in_use_connections), pool.max_connections
+        finally:
+            await client.aclose()
+
+    got, opened, cap = asyncio.run(burst())
+    assert sorted(got) == list(range(1, cap + 301)) and opened <= cap

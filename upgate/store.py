@@ -66,10 +66,18 @@ def connect_async(url: str):
         return aioredis.RedisCluster.from_url(_cluster_seed(url), max_connections=512,
                                               retry=Retry(NoBackoff(), 0), socket_timeout=5,
                                               socket_connect_timeout=2)
-    return aioredis.Redis.from_url(url, max_connections=512, health_check_interval=0,
-                                   retry=Retry(NoBackoff(), 0), socket_timeout=5,
-                                   socket_connect_timeout=2,
-                                   connection_class=_SSLConnection if url.startswith("rediss:") else _Connection)
+    # A blocking pool: a burst of more requests than connections (thousands of streams opening
+    # at once) waits a moment for a free one instead of failing with MaxConnectionsError.
+    pool = aioredis.BlockingConnectionPool.from_url(
+        url, max_connections=1024, timeout=POOL_WAIT_S, health_check_interval=0, retry=Retry(NoBackoff(), 0),
+        socket_timeout=5, socket_connect_timeout=2,
+        connection_class=_SSLConnection if url.startswith("rediss:") else _Connection)
+    client = aioredis.Redis(connection_pool=pool)
+    client.auto_close_connection_pool = True  # as from_url does: aclose() closes the pool too
+    return client
+
+
+POOL_WAIT_S = 5  # then "No connection available": a 503, like any store failure
 
 
 class _PackInC:
