@@ -34,7 +34,7 @@ setup(
     ],
     extras_require={
         "test": ["pytest>=8", "pytest-timeout>=2.3", "hypothesis>=6.100", "openai>=1.40", "httpx>=0.27"],
-        "bench": ["openai>=1.40"],
+        "bench": ["openai>=1.40", "py-spy>=0.3"],  # py-spy: python -m bench --profile
     },
     entry_points={
         "console_scripts": [
