@@ -105,14 +105,10 @@ def notes(r: dict, plan) -> list[str]:
     fresh, reused = st.get("added_ttfb_fresh_ms"), st.get("added_ttfb_reused_ms")
     if fresh and reused and reused["p50"] - fresh["p50"] > 10:
         out.append(f"Streams on a kept-alive client connection (what the openai SDK's pool does) get "
-                   f"their first event {reused['p50'] - fresh['p50']:.0f} ms later than on a new one. "
-                   "Tornado turns Nagle's algorithm back on after every response "
-                   "(`HTTP1Connection._finish_request` → `set_nodelay(False)`), and the gateway sets "
-                   "TCP_NODELAY only when it accepts a connection, so on the second stream the first "
-                   "event waits behind the unacknowledged header segment until the client's delayed ACK. "
-                   "The mock provider has the same defect, which is why its own kept-alive streams show "
-                   "a ~40 ms gap after the first event; the gap target is therefore judged from each "
-                   "stream's third event on, and the raw numbers keep the gaps over all events.")
+                   f"their first event {reused['p50'] - fresh['p50']:.0f} ms later than on a new one: "
+                   "the signature of a Nagle / delayed-ACK stall. Tornado turns Nagle back on after "
+                   "every response; upgate/nodelay.py is what keeps TCP_NODELAY on, in the gateway "
+                   "and in the mock.")
     ramp = r.get("ramp", {})
     for n, lv in ramp.get("levels", {}).items():
         g, d = lv["gateway"], lv["direct"]
@@ -134,14 +130,12 @@ def notes(r: dict, plan) -> list[str]:
     if hold and hold["peak_flowing"] < 0.9 * hold["n"]:
         out.append(f"In the hold phase {hold['n']:,} streams were requested but at most "
                    f"{hold['peak_flowing']:,} received events at once, and the first byte took "
-                   f"{hold['ttfb_ms']['p90'] / 1000:.1f} s at p90: the gateway's upstream client runs at "
-                   "most `max_clients` (1,000) libcurl transfers, and tornado queues the rest until "
-                   "a transfer ends.")
+                   f"{hold['ttfb_ms']['p90'] / 1000:.1f} s at p90.")
     log_tail = r.get("gateway_log_tail") or []
-    if any("MaxConnectionsError" in line for line in log_tail):
-        out.append("The gateway ran out of Redis connections (redis-py `MaxConnectionsError`, pool of "
-                   "512, non-blocking) while many streams were open; those settlements went to the "
-                   "local journal and were replayed later.")
+    if any("MaxConnectionsError" in line or "No connection available" in line for line in log_tail):
+        out.append("Some requests found no free Redis connection in time (the gateway's pool holds "
+                   "1,024 and waits 5 s for one): they were answered 503 or, for settlements, went "
+                   "to the local journal and were replayed later.")
     if log_tail:
         out.append("The gateway logged warnings or errors during the run (last lines in the raw "
                    "numbers, `gateway_log_tail`).")
