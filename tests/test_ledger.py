@@ -587,3 +587,32 @@ def test_the_embedded_store_runs_the_same_scripts(memory_url):
     assert (reaped, peek.remaining, strikes) == (1, 2, 1)
     w = h(sync, keyspace.wallet(ACCT))
     assert (w["balance"], w["held"]) == (str(10 * TOMAN - 1_000_001), "0")
+
+
+def test_day_and_month_keys_follow_the_stores_clock_not_a_skewed_nodes(redis_url, r):
+    """A node whose clock runs a day ahead books its first request on "tomorrow" (it knows no
+    better yet); from then on it has learned the store's clock from the admission's lease
+    deadline, and books requests on the store's Tehran day and Jalali month like every other
+    node — without any extra round trip."""
+    import time as _time
+
+    from upgate.ledger import Ledger
+
+    seed_account(r)
+    seed_key(r)
+    ahead = 86_400 * 40  # forty days: another day and another month
+
+    async def body(_L):
+        L = Ledger(_L.client, kit.settings(), clock=lambda: _time.time() + ahead, follow_store_clock=True)
+        first = await L.admit(account_id=ACCT, key_id=KEY, model="acme/chat-1", hold_micro=TOMAN,
+                              stream=False, free=False)
+        second = await L.admit(account_id=ACCT, key_id=KEY, model="acme/chat-1", hold_micro=TOMAN,
+                               stream=False, free=False)
+        return first, second, L.store_skew_s
+
+    first, second, skew = run(redis_url, body)
+    assert abs(skew + ahead) < 5  # learned: the store is forty days "behind" this node
+    now = _time.time()
+    assert r.hget(keyspace.hold(ACCT, first.hold_id), "day") == jalali.day_key(now + ahead)
+    assert r.hget(keyspace.hold(ACCT, second.hold_id), "day") == jalali.day_key(now)
+    assert r.hget(keyspace.hold(ACCT, second.hold_id), "month") == jalali.month_key(now)

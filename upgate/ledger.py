@@ -126,12 +126,19 @@ def _ceil_s(ms: int) -> int:
 
 
 class Ledger:
-    def __init__(self, client, settings, *, clock=None):
+    def __init__(self, client, settings, *, clock=None, follow_store_clock: bool | None = None):
         """client: a redis.asyncio client (single, cluster or fakeredis); settings: Settings.
-        clock: () → Unix seconds, for the Jalali month and Tehran day keys (tests inject it)."""
+        clock: () → Unix seconds, for the Jalali month and Tehran day keys (tests inject it).
+        follow_store_clock: correct `clock` by the store's (default: unless a clock is injected)."""
         self.client = client
         self.settings = settings
         self.clock = clock or time.time
+        # Redis TIME − this node's clock, seconds, learned from every admission (its lease deadline
+        # is Redis TIME + lease): the day and month keys then follow the store's clock, so nodes
+        # with skewed clocks still agree on which Tehran day and Jalali month a request falls in,
+        # without an extra round trip. Off by the reply's latency (ms), not by the node's skew.
+        self.store_skew_s = 0.0
+        self._follow_store = clock is None if follow_store_clock is None else follow_store_clock
         self.sharded = isinstance(client, aioredis.RedisCluster)
         if self.sharded:
             keyspace.slot_tag(0)  # build the slot → shard-tag table now (~0.1 s), not mid-request
@@ -164,6 +171,10 @@ class Ledger:
             self._cal = (start, end, day, month, jalali.next_month_start(ts))
         return day, month
 
+    def now(self) -> float:
+        """Unix seconds by the store's clock, as far as this node knows it (see store_skew_s)."""
+        return self.clock() + self.store_skew_s
+
     # ---- admit
     async def admit(self, *, account_id: str, key_id: str, model: str, hold_micro: int, stream: bool,
                     free: bool, alternative: dict | None = None, now_ms: int | None = None) -> Admission:
@@ -172,7 +183,7 @@ class Ledger:
         if hold_micro < 0:
             raise ValueError("hold_micro must not be negative")
         money.check_range(hold_micro)
-        ts = self.clock() if now_ms is None else now_ms / 1000
+        ts = self.now() if now_ms is None else now_ms / 1000
         day, month = self._calendar(ts)
         hold_id = secrets.token_hex(8)
         t = keyspace.tag(account_id)
@@ -183,6 +194,8 @@ class Ledger:
                 self.settings.max_streams, self.settings.free_quota_default, FREE_TTL_MS, account_id,
                 key_id, now_ms or 0)
         res = await self._admit(self.client, keys, args)
+        if now_ms is None and self._follow_store and int(res[0]) == 0:
+            self.store_skew_s = (int(res[6]) - self.lease_ms) / 1000 - self.clock()  # Redis TIME + lease
         return self._admission(res, hold_id, alternative, ts)
 
     def _admission(self, res, hold_id: str, alternative: dict | None, ts: float) -> Admission:

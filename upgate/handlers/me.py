@@ -31,13 +31,14 @@ class MeHandler(BaseHandler):
         limit = record.get("monthly_limit")
         allowed = record.get("allowed_models")
         updated = ctx.catalog.prices_updated_at
+        month = jalali.month_key(ctx.ledger.now())  # the store's clock, as admit and settle use it
         self.write_json({
             "user": {"id": acct, "phone_masked": mask_phone(wallet.get("phone", ""))},
             "key": {
                 "name": record.get("name"),
                 "prefix": record.get("prefix"),
                 "monthly_limit_toman": money.fmt(int(limit)) if limit else None,
-                "spent_this_month_toman": money.fmt(int(record.get("spent:" + jalali.month_key(), 0))),
+                "spent_this_month_toman": money.fmt(int(record.get("spent:" + month, 0))),
                 "rate_limit_rpm": int(record.get("rpm", 60)),
                 "allowed_models": orjson.loads(allowed) if allowed else None,
             },
