@@ -577,3 +577,25 @@ def test_a_stream_whose_hold_was_reaped_under_it_is_counted_lost_and_still_charg
     assert wallet(redis_url, account_id)["held"] == 0
     metrics = httpx.get(node.url + "/metrics").text
     assert 'upgate_holds_total{outcome="lost"} 1.0' in metrics
+
+
+def test_a_stream_without_provider_usage_still_gives_the_client_the_usage_it_asked_for(node, redis_url, funded):
+    """The provider sent no usage: the gateway charges its estimate from the relayed text, and a
+    client that asked for usage (or meta) gets that estimate in the final chunk, marked estimated."""
+    key, account_id, _ = funded
+    before = wallet(redis_url, account_id)["balance"]
+    chunks = list(client(node, key).chat.completions.create(
+        model="mock/chat-1", messages=HELLO, stream=True, stream_options={"include_usage": True},
+        extra_body={"mock": {"no_usage": True, "chunks": 4}}, extra_headers={"X-Svc-Include-Meta": "1"}))
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    final = chunks[-1]
+    assert final.choices == [] and final.usage.model_extra["estimated"] is True
+    completion = (len(text) + 3) // 4
+    assert final.usage.completion_tokens == completion
+    charged = before - wallet(redis_url, account_id)["balance"]
+    assert charged == cost("mock/chat-1", final.usage.prompt_tokens, completion)
+    assert Decimal(final.model_extra["svc"]["cost_toman"]) * 1_000_000 == charged
+    # without asking, no chunk with empty choices reaches the client
+    plain = list(client(node, key).chat.completions.create(
+        model="mock/chat-1", messages=HELLO, stream=True, extra_body={"mock": {"no_usage": True}}))
+    assert all(c.choices for c in plain)

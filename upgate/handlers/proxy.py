@@ -294,6 +294,7 @@ class ProxyHandler(BaseHandler):
         relay_usage = _client_wants_usage(body) or self._meta
         chars = 0
         usage = None
+        last: dict = {}  # the last chunk relayed: a usage chunk of our own copies its id
         done = False
         try:
             while not done:
@@ -326,6 +327,7 @@ class ProxyHandler(BaseHandler):
                     obj["model"] = model.id
                     obj.setdefault("provider", model.provider)
                     self.write(sse.event(orjson.dumps(obj)))
+                    last = obj
                 if not self._gone:
                     self.last_write = time.monotonic()
                     await self.flush()
@@ -341,8 +343,21 @@ class ProxyHandler(BaseHandler):
             await self._cut(model, body, chars, None)
             return
         if not self._billed:  # the provider sent no usage: estimate from what was relayed
-            await self._settle(model, body, sizing.prompt_tokens(body), _tokens(chars))
+            prompt, completion = sizing.prompt_tokens(body), _tokens(chars)
+            await self._settle(model, body, prompt, completion)
+            if relay_usage:  # the client asked for usage (or meta): it gets the estimate, marked so
+                self.write(sse.event(orjson.dumps(self._usage_chunk(model, last, prompt, completion))))
         self.finish(sse.DONE)
+
+    def _usage_chunk(self, model, last: dict, prompt: int, completion: int) -> dict:
+        chunk = {"id": last.get("id") or "gen-" + self.request_id,
+                 "object": last.get("object") or "chat.completion.chunk",
+                 "created": last.get("created") or int(time.time()), "model": model.id,
+                 "provider": model.provider, "choices": [],
+                 "usage": {"prompt_tokens": prompt, "completion_tokens": completion,
+                           "total_tokens": prompt + completion, "estimated": True}}
+        self._add_meta(chunk, model)
+        return chunk
 
     async def _cut(self, model, body, chars: int, reason: str | None) -> None:
         """Mid-stream failure, client disconnect or shutdown: settle what was consumed."""
