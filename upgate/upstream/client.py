@@ -143,6 +143,9 @@ class UpstreamCall:
         if self._cancelled:
             raise _Abort()  # tornado frees the handle and reports this as the result
         self._curl = curl
+        # tornado parses every header line into this (synchronously, before our callback for the
+        # same line runs), so it is complete when the blank line reaches _on_header
+        self.headers = curl.info["headers"]
         # Tornado turns libcurl's trace on when its logger is at DEBUG: that would log every
         # request body (prompts) and header (the provider key). Never, whatever the log level.
         curl.setopt(pycurl.VERBOSE, 0)
@@ -171,12 +174,8 @@ class UpstreamCall:
                 self.status = int(parts[1])
             except (IndexError, ValueError):
                 self.status = 0
-            self.headers = HTTPHeaders()
             return
-        line = line.rstrip("\r\n")
-        if line:
-            self.headers.parse_line(line)
-        elif self.status >= 200:
+        if self.status >= 200 and not line.rstrip("\r\n"):
             self._headers_done = True
             self._wake()
 
