@@ -62,7 +62,11 @@ def test_conservation_under_any_mix(cluster_url, sync, ops, initial, quota, rpms
 
 
 def test_reaper_finds_expired_holds_in_every_slot(cluster_url, sync):
-    accounts = [str(uuid.uuid4()) for _ in range(12)]
+    accounts: list[str] = []
+    while len(accounts) < 12:  # twelve accounts in twelve different slots (random ids could share one)
+        a = str(uuid.uuid4())
+        if keyspace.slot(a) not in {keyspace.slot(x) for x in accounts}:
+            accounts.append(a)
     for a in accounts:
         seed_account(sync, a, balance=100 * TOMAN)
         seed_key(sync, a, KEY, rpm=600)
