@@ -6,7 +6,6 @@ balance = initial − Σ charges, nothing held, no hold or stream slot left open
 from __future__ import annotations
 
 import os
-import signal
 import threading
 import time
 
@@ -17,8 +16,8 @@ import redis
 
 from tests import gateway as gw
 from tests.gateway import Node, load_catalog, seed
-from tests.load_kit import (HELLO, META, Gateway, assert_settled, micro, response_cost, spent,
-                            sse_payloads, usage_cost, wait_for, wallet)
+from tests.load_kit import (HELLO, META, Gateway, assert_settled, micro, response_cost, sse_payloads,
+                            wait_for, wallet)
 from tests.procs import RedisServer
 from upgate import keys, keyspace, sizing
 from upgate.upstream.providers import Provider

@@ -18,8 +18,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from tests.gateway import seed
-from tests.load_kit import (HELLO, PROVIDER_KEY, Gateway, Raw, raw_bytes, raw_request, snapshot, sse_payloads,
-                            wait_for, wallet)
+from tests.load_kit import HELLO, PROVIDER_KEY, Gateway, Raw, raw_bytes, raw_request, snapshot, sse_payloads
 from upgate import keys, keyspace
 
 CANONICAL_401 = (b'{"error":{"message":"The API key is invalid, revoked or expired.",'

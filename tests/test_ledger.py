@@ -431,10 +431,6 @@ def test_free_requests_ignore_wallet_and_monthly_limit(redis_url, r):
     assert run(redis_url, body) == "ok"
 
 
-def test_admit_run_twice_with_one_hold_id_reserves_once(redis_url, r):
-    kit.check_retried_admit_is_idempotent(redis_url, r)
-
-
 # ---- settle and release -------------------------------------------------------------------------
 
 def test_settle_charges_releases_the_rest_and_aggregates_usage(redis_url, r):

@@ -1,5 +1,6 @@
-"""The ledger on a local 3-master Redis Cluster: the concurrency suite, conservation, the
-reaper's per-slot index shards, cross-slot pipelines (settle + cool-down) and the usage fetch."""
+"""The ledger on a local 3-master Redis Cluster: conservation, the reaper's per-slot index
+shards, cross-slot pipelines (settle + cool-down) and the usage fetch. The concurrency suite
+runs here too, from tests/test_ledger_concurrency.py."""
 from __future__ import annotations
 
 import asyncio
@@ -8,7 +9,6 @@ import uuid
 import pytest
 from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
 
-from tests import ledger_kit as kit
 from tests.ledger_kit import KEY, T0, TOMAN, h, run, seed_account, seed_key, settings
 from tests.test_ledger_conservation import check as conservation, free_quota, rpm, step
 from upgate import keyspace, store, usage
@@ -28,30 +28,6 @@ def test_cluster_client_is_sharded(cluster_url):
         return L.sharded
 
     assert run(cluster_url, body) is True
-
-
-def test_admit_run_twice_with_one_hold_id_reserves_once(cluster_url, sync):
-    kit.check_retried_admit_is_idempotent(cluster_url, sync)
-
-
-def test_200_parallel_admits_against_a_wallet_for_exactly_n(cluster_url, sync):
-    kit.check_parallel_wallet(cluster_url, sync)
-
-
-def test_parallel_requests_never_pass_the_monthly_limit(cluster_url, sync):
-    kit.check_parallel_monthly_limit(cluster_url, sync)
-
-
-def test_exactly_10_of_50_parallel_streams(cluster_url, sync):
-    kit.check_parallel_streams(cluster_url, sync)
-
-
-def test_parallel_burst_admits_exactly_rpm(cluster_url, sync):
-    kit.check_parallel_rpm(cluster_url, sync)
-
-
-def test_no_60s_window_holds_more_than_rpm(cluster_url, sync):
-    kit.check_sliding_window(cluster_url, sync)
 
 
 @hsettings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -1,5 +1,3 @@
-import redis
-
 from upgate import store
 
 

@@ -10,7 +10,6 @@ import logging
 import time
 
 import orjson
-import redis.exceptions
 
 from upgate import keyspace, store
 from upgate.auth import Auth
