@@ -102,12 +102,8 @@ def normalize_id(account_id: str) -> str:
         raise UnknownAccount(f"unknown account {account_id!r} (account ids are UUIDs)") from None
 
 
-def _s(v) -> str:
-    return v.decode() if isinstance(v, bytes) else str(v)
-
-
 def _decode(raw: dict) -> dict[str, str]:
-    return {_s(k): _s(v) for k, v in raw.items()}
+    return {store.text(k): store.text(v) for k, v in raw.items()}
 
 
 # ---- the runtime view -------------------------------------------------------------------------
@@ -238,7 +234,7 @@ def suspend(client, account_id: str) -> bool:
     """Suspend the account: its requests get 403 account_suspended from the next one on.
     Returns False when it already was suspended (the call is idempotent)."""
     acct = _require(client, account_id)
-    was = _s(client.hget(keyspace.wallet(acct), "suspended") or b"0") == "1"
+    was = store.text(client.hget(keyspace.wallet(acct), "suspended") or b"0") == "1"
     _set_flag(client, acct, "suspended", "1")
     return not was
 
@@ -246,7 +242,7 @@ def suspend(client, account_id: str) -> bool:
 def resume(client, account_id: str) -> bool:
     """Lift a suspension. Returns False when the account was not suspended."""
     acct = _require(client, account_id)
-    was = _s(client.hget(keyspace.wallet(acct), "suspended") or b"0") == "1"
+    was = store.text(client.hget(keyspace.wallet(acct), "suspended") or b"0") == "1"
     _set_flag(client, acct, "suspended", "0")
     return was
 
@@ -299,7 +295,7 @@ def show(client, account_id: str) -> dict:
 
 def list_accounts(client, *, phone: str | None = None) -> list[dict]:
     """Every account (the `show` view), oldest first; only those with this phone if given."""
-    ids = sorted(_s(a) for a in client.sscan_iter(keyspace.ACCOUNTS, count=1000))
+    ids = sorted(store.text(a) for a in client.sscan_iter(keyspace.ACCOUNTS, count=1000))
     day = jalali.day_key()
     out = []
     for start in range(0, len(ids), 500):

@@ -35,6 +35,7 @@ import orjson
 
 from upgate import keyspace, money
 from upgate.errors import GatewayError
+from upgate.store import text
 
 log = logging.getLogger("upgate.catalog")
 
@@ -302,12 +303,8 @@ return {redis.call('HGETALL', KEYS[1]), redis.call('HGETALL', KEYS[2])}
 """
 
 
-def _s(v) -> str:
-    return v.decode() if isinstance(v, bytes) else str(v)
-
-
 def _pairs(flat) -> dict[str, str]:
-    flat = [_s(x) for x in flat]
+    flat = [text(x) for x in flat]
     return dict(zip(flat[0::2], flat[1::2]))
 
 
@@ -324,7 +321,7 @@ def replace(client, models: list[Model]) -> tuple[str, float]:
     pipe.execute()
     version, sec, usec = client.eval(_SWAP, 3, staging, keyspace.CATALOG, keyspace.CATALOG_META,
                                      keyspace.CHANNEL)
-    return _s(version), int(sec) + int(usec) / 1_000_000
+    return text(version), int(sec) + int(usec) / 1_000_000
 
 
 def store(client, models: list[Model]) -> str:
@@ -526,7 +523,7 @@ class Catalog:
             await asyncio.sleep(interval_s)
             try:
                 remote = await self.client.hget(keyspace.CATALOG_META, "version")
-                if remote is not None and _s(remote) != self.version:
+                if remote is not None and text(remote) != self.version:
                     await self.reload()
             except asyncio.CancelledError:
                 raise

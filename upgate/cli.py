@@ -48,7 +48,7 @@ def _check_redis_url(url: str) -> None:
     if url.startswith("memory://"):
         return
     try:
-        parse_url(store._cluster_seed(url) if store.is_cluster(url) else url)
+        parse_url(store.cluster_seed(url) if store.is_cluster(url) else url)
     except ValueError as e:
         raise click.ClickException(f"UPGATE_REDIS_URL is malformed: {e}") from None
 

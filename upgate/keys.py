@@ -35,7 +35,7 @@ from datetime import datetime, timezone
 
 import orjson
 
-from upgate import accounts, catalog, jalali, keyspace, money
+from upgate import accounts, catalog, jalali, keyspace, money, store
 from upgate.accounts import UnknownAccount, atomic_write
 
 KEY_PREFIX = "sk-up-"
@@ -193,12 +193,9 @@ def _iso_ms(ms: int) -> str:
 
 # ---- the runtime view -------------------------------------------------------------------------
 
-def _s(v) -> str:
-    return v.decode() if isinstance(v, bytes) else str(v)
-
 
 def _decode(raw: dict) -> dict[str, str]:
-    return {_s(k): _s(v) for k, v in raw.items()}
+    return {store.text(k): store.text(v) for k, v in raw.items()}
 
 
 def _opt_int(v: str | None) -> int | None:
@@ -337,7 +334,7 @@ def _owner(client, key_id: str, account_id: str | None = None) -> str:
     acct = client.get(keyspace.key_owner(key_id))
     if acct is None:
         raise UnknownKey(f"unknown key {key_id}")
-    acct = _s(acct)
+    acct = store.text(acct)
     if account_id is not None and accounts.normalize_id(account_id) != acct:
         raise UnknownKey(f"key {key_id} does not belong to account {account_id}")
     return acct
@@ -430,7 +427,7 @@ def list_keys(client, account_id: str) -> list[dict]:
     monthly_limit_micro, spent_this_month_micro, held_micro, allowed_models, expires_at_ms,
     state, created_at. Never the hash, never the full key."""
     acct = accounts.require_account(client, account_id)
-    kids = sorted(_s(k) for k in client.smembers(keyspace.account_keys(acct)))
+    kids = sorted(store.text(k) for k in client.smembers(keyspace.account_keys(acct)))
     pipe = client.pipeline(transaction=False)
     for kid in kids:
         pipe.hgetall(keyspace.key_record(acct, kid))

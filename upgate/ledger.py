@@ -117,10 +117,6 @@ class Rejected(GatewayError):
         self.rate = rate
 
 
-def _s(value) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
 def _ceil_s(ms: int) -> int:
     return -(-int(ms) // 1000)
 
@@ -333,7 +329,7 @@ class Ledger:
         settle still charges it); the caller decides what to do with it."""
         if not hold_ids:
             return []
-        lost = [_s(h) for h in await self._renew(
+        lost = [store.text(h) for h in await self._renew(
             self.client, (keyspace.holds(account_id), keyspace.streams(account_id)),
             (self.lease_ms, now_ms or 0, keyspace.hold(account_id, ""), *hold_ids))]
         for hold_id in lost:
@@ -357,7 +353,7 @@ class Ledger:
         """(account id, its index key) of every account with a hold due at now_ms."""
         if not self.sharded:
             members = await self.client.zrangebyscore(keyspace.REAP_INDEX, "-inf", now_ms)
-            return [(_s(m), keyspace.REAP_INDEX) for m in members]
+            return [(store.text(m), keyspace.REAP_INDEX) for m in members]
         try:
             return await self._scan_shards(now_ms)
         except rexc.ResponseError as e:  # Redis < 7 (no script flags), or slots moved
@@ -396,7 +392,7 @@ class Ledger:
         due: list[tuple[str, str]] = []
         for shards, flat in await asyncio.gather(*(scan(*group) for group in await self._groups())):
             for pos, account in zip(flat[::2], flat[1::2]):
-                due.append((_s(account), shards[int(pos) - 1]))
+                due.append((store.text(account), shards[int(pos) - 1]))
         return due
 
     async def _read_shards(self, now_ms: int) -> list[tuple[str, str]]:
@@ -408,7 +404,7 @@ class Ledger:
             for shard in shards:
                 pipe.zrangebyscore(shard, "-inf", now_ms)
             for shard, members in zip(shards, await pipe.execute()):
-                due.extend((_s(m), shard) for m in members)
+                due.extend((store.text(m), shard) for m in members)
         return due
 
     async def _reap_account(self, account_id: str, index: str, now_ms: int) -> int:
@@ -589,7 +585,7 @@ class Ledger:
         """After a (re)subscription: rebuild the strike and cold maps from the store."""
         keys: list[str] = []
         async for k in self.client.scan_iter(match="{m:*}:cooldown", count=1000):
-            keys.append(_s(k))
+            keys.append(store.text(k))
         strikes: dict[str, int] = {}
         cold: dict[str, float] = {}
         if keys:

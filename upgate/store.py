@@ -31,6 +31,11 @@ def _memory_server():
     return _MEMORY_SERVER
 
 
+def text(value) -> str:
+    """A reply from the store as str (clients without decode_responses answer bytes)."""
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
 def reset_memory() -> None:
     """Forget the embedded store (tests)."""
     global _MEMORY_SERVER
@@ -44,7 +49,7 @@ def is_cluster(url: str) -> bool:
     return url.startswith(tuple(_CLUSTER_SCHEMES))
 
 
-def _cluster_seed(url: str) -> str:
+def cluster_seed(url: str) -> str:
     scheme, _, rest = url.partition("://")
     return _CLUSTER_SCHEMES[scheme + "://"] + rest
 
@@ -63,7 +68,7 @@ def connect_async(url: str):
     from redis.backoff import NoBackoff
 
     if is_cluster(url):
-        return aioredis.RedisCluster.from_url(_cluster_seed(url), max_connections=512,
+        return aioredis.RedisCluster.from_url(cluster_seed(url), max_connections=512,
                                               retry=Retry(NoBackoff(), 0), socket_timeout=5,
                                               socket_connect_timeout=2)
     # A blocking pool: a burst of more requests than connections (thousands of streams opening
@@ -111,7 +116,7 @@ def connect_sync(url: str):
         from redis.backoff import NoBackoff
         from redis.retry import Retry
 
-        return redis.RedisCluster.from_url(_cluster_seed(url), retry=Retry(NoBackoff(), 0))
+        return redis.RedisCluster.from_url(cluster_seed(url), retry=Retry(NoBackoff(), 0))
     return redis.Redis.from_url(url)  # a single node: redis-py sets no retries on from_url
 
 

@@ -7,14 +7,10 @@ or ``total`` (name ``*``); metric ``requests``, ``prompt_tokens``, ``completion_
 """
 from __future__ import annotations
 
-from upgate import keyspace, money
+from upgate import keyspace, money, store
 
 GROUPS = {"key": "key_id", "model": "model", "day": "day"}
 METRICS = ("requests", "prompt_tokens", "completion_tokens", "cost")
-
-
-def _text(value) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def _blank() -> dict:
@@ -37,13 +33,13 @@ def report(days: dict[str, dict], group_by: str) -> dict:
     totals = _blank()
     for day in sorted(days):
         for raw_field, raw_value in (days[day] or {}).items():
-            field = _text(raw_field)
+            field = store.text(raw_field)
             dim, _, rest = field.partition("|")
             name, _, metric = rest.rpartition("|")
             if metric not in METRICS:
                 continue
             try:
-                value = int(_text(raw_value))
+                value = int(store.text(raw_value))
             except ValueError:
                 continue
             if dim == "total":
