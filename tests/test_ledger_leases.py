@@ -345,3 +345,32 @@ def test_replay_keeps_lines_while_the_store_is_down(tmp_path):
     assert asyncio.run(main()) == 0
     assert (tmp_path / "settle.journal").read_bytes() == line * 3
     assert [p.name for p in tmp_path.iterdir()] == ["settle.journal"]
+
+
+def test_the_reaper_stops_when_cancelled_even_if_a_store_call_swallowed_the_cancel(tmp_path):
+    """Python 3.11's wait_for (inside redis-py) can lose a cancel that races a reply. The reaper
+    loop catches errors and carries on, so without looking at its task's cancel request it would
+    run forever and the node's shutdown would hang."""
+    sets = settings(tmp_path)
+
+    async def main():
+        L = Ledger(store.connect_async(f"redis://127.0.0.1:{free_port()}/0"), sets)
+        entered = asyncio.Event()
+
+        async def swallowing_reap(*_a, **_k):
+            entered.set()
+            try:
+                await asyncio.sleep(30)
+            except asyncio.CancelledError:
+                return 0  # what a lost cancel looks like to the caller
+            return 0
+
+        L.reap = swallowing_reap
+        task = asyncio.create_task(L.run_reaper(0.01))
+        await asyncio.wait_for(entered.wait(), 5)
+        task.cancel()
+        done, _ = await asyncio.wait({task}, timeout=5)
+        await L.client.aclose()
+        return task in done and task.cancelled()
+
+    assert asyncio.run(main())

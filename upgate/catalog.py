@@ -34,6 +34,7 @@ from decimal import Decimal
 import orjson
 
 from upgate import keyspace, money
+from upgate.background import stop_if_cancelled
 from upgate.errors import GatewayError
 from upgate.store import text
 
@@ -521,6 +522,7 @@ class Catalog:
         (a pub/sub message missed while the subscription was down)."""
         while True:
             await asyncio.sleep(interval_s)
+            stop_if_cancelled()
             try:
                 remote = await self.client.hget(keyspace.CATALOG_META, "version")
                 if remote is not None and text(remote) != self.version:

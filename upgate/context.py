@@ -13,6 +13,7 @@ import orjson
 
 from upgate import keyspace, store
 from upgate.auth import Auth
+from upgate.background import stop_if_cancelled
 from upgate.catalog import Catalog
 from upgate.ledger import STORE_ERRORS, Ledger
 from upgate.access_log import AccessLog
@@ -79,6 +80,7 @@ class Context:
         lost: set[str] = set()  # holds the reaper took from under a live request: renewed no more
         while True:
             await asyncio.sleep(tick)
+            stop_if_cancelled()
             now = time.monotonic()
             due: dict[str, list[str]] = {}
             live = self.inflight
@@ -125,6 +127,7 @@ class Context:
     async def _subscribe(self) -> None:
         backoff = 0.1
         while True:
+            stop_if_cancelled()
             pubsub = store.pubsub_async(self.redis)
             try:
                 await pubsub.subscribe(keyspace.CHANNEL)
@@ -133,6 +136,7 @@ class Context:
                 self.subscribed.set()
                 backoff = 0.1
                 while True:
+                    stop_if_cancelled()
                     msg = await pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
                     if msg is not None and msg.get("type") == "message":
                         self._dispatch(msg["data"])

@@ -28,6 +28,7 @@ import redis.asyncio as aioredis
 import redis.exceptions as rexc
 
 from upgate import jalali, keyspace, money, store
+from upgate.background import stop_if_cancelled
 from upgate.errors import GatewayError
 
 log = logging.getLogger("upgate.ledger")
@@ -442,6 +443,7 @@ class Ledger:
                 else:
                     log.exception("reaper tick failed")
             await asyncio.sleep(interval_s)
+            stop_if_cancelled()
 
     # ---- the settlement journal: settlements the store did not take, replayed when it answers
     async def _journal(self, entry: dict) -> None:
