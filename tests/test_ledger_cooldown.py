@@ -126,7 +126,7 @@ def test_reload_forgets_what_the_store_no_longer_has(redis_url, r):
 
 async def _client_commands(L, redis_url, action) -> tuple[list[str], dict[str, int]]:
     """The commands the ledger's client sent while `action` ran (MONITOR, leaving out what the
-    scripts ran inside Redis), and INFO commandstats' script calls."""
+    scripts ran inside Redis and a new connection's HELLO), and INFO commandstats' script calls."""
     import redis.asyncio as aioredis
 
     watcher = aioredis.Redis.from_url(redis_url)
@@ -135,7 +135,7 @@ async def _client_commands(L, redis_url, action) -> tuple[list[str], dict[str, i
         async def listen():
             while True:
                 info = await m.next_command()
-                if info["client_type"] != "lua" and not info["command"].upper().startswith(("INFO", "CONFIG", "PING")):
+                if info["client_type"] != "lua" and not info["command"].upper().startswith(("INFO", "CONFIG", "PING", "HELLO")):
                     seen.append(info["command"].split()[0].upper())
 
         task = asyncio.create_task(listen())

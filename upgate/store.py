@@ -19,6 +19,8 @@ import redis.asyncio as aioredis
 import redis.exceptions as rexc
 from redis.exceptions import NoScriptError
 
+from upgate.script_channel import ScriptChannel
+
 _MEMORY_SERVER = None
 
 
@@ -77,12 +79,29 @@ def connect_async(url: str):
         url, max_connections=1024, timeout=POOL_WAIT_S, health_check_interval=0, retry=Retry(NoBackoff(), 0),
         socket_timeout=5, socket_connect_timeout=2,
         connection_class=_SSLConnection if url.startswith("rediss:") else _Connection)
-    client = aioredis.Redis(connection_pool=pool)
+    client = _Redis(connection_pool=pool)
     client.auto_close_connection_pool = True  # as from_url does: aclose() closes the pool too
     return client
 
 
 POOL_WAIT_S = 5  # then "No connection available": a 503, like any store failure
+
+
+class _Redis(aioredis.Redis):
+    """A single-node client whose EVALSHAs (every script call: the hot path) share one pipelined
+    connection (script_channel.py); other commands and pipelines use the pool as usual."""
+
+    def __init__(self, *, connection_pool, **kwargs):
+        super().__init__(connection_pool=connection_pool, **kwargs)
+        timeout = connection_pool.connection_kwargs.get("socket_timeout") or 5
+        self.scripts = ScriptChannel(connection_pool, timeout)
+
+    def evalsha(self, sha, numkeys, *keys_and_args):
+        return self.scripts.execute("EVALSHA", sha, numkeys, *keys_and_args)
+
+    async def aclose(self, close_connection_pool=None):
+        await self.scripts.close()
+        await super().aclose(close_connection_pool)
 
 
 class _PackInC:

@@ -1,10 +1,9 @@
-"""The upstream HTTP client: libcurl through tornado, persistent connections, HTTP/2 over TLS.
+"""The upstream HTTP client: libcurl on tornado's IOLoop, persistent connections, HTTP/2 over TLS.
 
 One `UpstreamClient` per process. Every call is a POST whose body arrives chunk by chunk
 (`UpstreamCall.read`), so the gateway can relay a stream as it comes and notice silence
-at once. Tornado's curl client has no cancel API; a call aborts its own libcurl transfer
-through an XFERINFOFUNCTION that returns non-zero once the call is cancelled, and tornado
-then frees the handle as for any failed transfer.
+at once. The transfers run in a `CurlPool` (curl_pool.py), which calls the call's header
+and write callbacks straight from libcurl and aborts a cancelled call's transfer at once.
 
 Failures map to three exceptions: nothing could be sent (UpstreamUnreachable, 503), no
 byte before the silence limit (UpstreamTimeout, 504), and the transfer broke after the
@@ -17,12 +16,11 @@ import time
 from collections import deque
 
 import pycurl
-from tornado.curl_httpclient import CurlAsyncHTTPClient, CurlError
-from tornado.httpclient import HTTPRequest
 from tornado.httputil import HTTPHeaders
 from tornado.ioloop import IOLoop
 
 from upgate import __version__
+from upgate.upstream.curl_pool import CurlPool
 
 # libcurl errors that mean the request never reached the provider
 _UNREACHABLE = frozenset((
@@ -30,12 +28,8 @@ _UNREACHABLE = frozenset((
     pycurl.E_OPERATION_TIMEDOUT,  # there is no transfer timeout, so this is the connect timeout
     pycurl.E_SSL_CONNECT_ERROR, pycurl.E_PEER_FAILED_VERIFICATION,
 ))
-_HTTP2 = getattr(pycurl, "CURL_HTTP_VERSION_2TLS", None)  # h2 for https, 1.1 for plain http
-# libcurl gives every easy handle a 64 KB upload buffer, kept for the handle's life: with a
-# thousand streams open that was a third of the process's memory. Request bodies are sent
-# once; 16 KB (libcurl's minimum) pieces cost nothing measurable.
-_UPLOAD_BUFFER = 16 * 1024
-_FIRST_HANDLES = 32
+# A response body past this is refused (a broken or hostile provider must not fill memory).
+_MAX_BODY = 100 * 1024 * 1024
 _USER_AGENT = f"upgate/{__version__}"
 
 
@@ -60,34 +54,41 @@ class UpstreamCancelled(UpstreamCut):
     """The gateway cancelled the call itself (its client went away)."""
 
 
-class _Abort(Exception):
-    """Raised from prepare_curl_callback for a call cancelled while it was still queued."""
-
-
 class UpstreamCall:
     """One POST in flight. Single consumer: await `start()`, then `read()` or `body()`."""
 
-    __slots__ = ("status", "headers", "first_byte_at", "_client", "_loop", "_chunks",
-                 "_waiter", "_headers_done", "_done", "_error", "_cancelled", "_curl",
-                 "_last", "_timer", "_silence_s")
+    __slots__ = ("status", "first_byte_at", "_client", "_loop", "_chunks", "_header_lines",
+                 "_headers", "_received", "_waiter", "_headers_done", "_done", "_error",
+                 "_cancelled", "_curl", "_last", "_timer", "_silence_s")
 
     def __init__(self, client: "UpstreamClient", silence_s: float) -> None:
         self.status = 0
-        self.headers = HTTPHeaders()
         self.first_byte_at: float | None = None
         self._client = client
         self._loop = asyncio.get_running_loop()
         self._chunks: deque[bytes] = deque()
+        self._header_lines: list[bytes] = []  # parsed only if someone asks for `headers`
+        self._headers: HTTPHeaders | None = None
+        self._received = 0
         self._waiter: asyncio.Future | None = None
         self._headers_done = False
-        self._done = False  # tornado reported the transfer finished (the handle is freed)
+        self._done = False  # the pool is done with the transfer (its handle is free)
         self._error: UpstreamError | None = None
-        self._cancelled = False  # read by libcurl's progress callback: non-zero aborts
+        self._cancelled = False
         self._curl: pycurl.Curl | None = None
         self._silence_s = silence_s
         self._last = self._loop.time()
         # One timer per call, re-armed only when it fires: cheaper than moving it per chunk.
         self._timer: asyncio.TimerHandle | None = self._loop.call_later(silence_s, self._on_silence)
+
+    @property
+    def headers(self) -> HTTPHeaders:
+        """The response's headers (the final block, after any 1xx)."""
+        if self._headers is None:
+            self._headers = HTTPHeaders()
+            for line in self._header_lines:
+                self._headers.parse_line(line.decode("latin-1").rstrip("\r\n"))
+        return self._headers
 
     # -- the consumer's side ------------------------------------------------------------
 
@@ -137,56 +138,41 @@ class UpstreamCall:
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
 
-    # -- tornado's and libcurl's side ---------------------------------------------------
+    # -- the pool's side (libcurl's callbacks run inside its socket_action) ----------------
 
-    def _prepare_curl(self, curl: pycurl.Curl) -> None:
-        if self._cancelled:
-            raise _Abort()  # tornado frees the handle and reports this as the result
-        self._curl = curl
-        # tornado parses every header line into this (synchronously, before our callback for the
-        # same line runs), so it is complete when the blank line reaches _on_header
-        self.headers = curl.info["headers"]
-        # Tornado turns libcurl's trace on when its logger is at DEBUG: that would log every
-        # request body (prompts) and header (the provider key). Never, whatever the log level.
-        curl.setopt(pycurl.VERBOSE, 0)
-        curl.setopt(pycurl.TCP_NODELAY, 1)
-        curl.setopt(pycurl.TCP_KEEPALIVE, 1)
-        curl.setopt(pycurl.UPLOAD_BUFFERSIZE, _UPLOAD_BUFFER)
-        if _HTTP2 is not None:
-            try:
-                curl.setopt(pycurl.HTTP_VERSION, _HTTP2)
-            except pycurl.error:
-                pass  # libcurl built without HTTP/2: HTTP/1.1 keep-alive it is
-        curl.setopt(pycurl.NOPROGRESS, 0)
-        curl.setopt(pycurl.XFERINFOFUNCTION, self._progress)
-
-    def _progress(self, _dltotal: int, _dlnow: int, _ultotal: int, _ulnow: int) -> int:
-        return 1 if self._cancelled else 0
-
-    def _on_header(self, line: str) -> None:
+    def _on_header(self, line: bytes) -> None:
         self._last = self._loop.time()
         if self._headers_done:
             return  # trailers
-        if line.startswith("HTTP/"):
+        if line.startswith(b"HTTP/"):
             # a new status line (after 1xx responses) starts a fresh header block
+            self._header_lines.clear()
             parts = line.split(None, 2)
             try:
                 self.status = int(parts[1])
             except (IndexError, ValueError):
                 self.status = 0
             return
-        if self.status >= 200 and not line.rstrip("\r\n"):
-            self._headers_done = True
-            self._wake()
-
-    def _on_chunk(self, chunk: bytes) -> None:
-        if self._cancelled:
+        if line in (b"\r\n", b"\n"):
+            if self.status >= 200:
+                self._headers_done = True
+                self._wake()
             return
+        self._header_lines.append(line)
+
+    def _on_chunk(self, chunk: bytes) -> int | None:
+        if self._cancelled:
+            return 0  # libcurl ends the transfer (the pool removes it first where it can)
+        self._received += len(chunk)
+        if self._received > _MAX_BODY:
+            self._error = UpstreamCut(f"the response passed {_MAX_BODY} bytes")
+            return 0
         self._last = self._loop.time()
         if self.first_byte_at is None:
             self.first_byte_at = time.monotonic()  # not loop.time(): uvloop's is in whole ms
         self._chunks.append(chunk)
         self._wake()
+        return None
 
     def _on_silence(self) -> None:
         self._timer = None
@@ -207,77 +193,39 @@ class UpstreamCall:
             self._error = error
         self._stop_timer()
         self._cancelled = True
-        curl = self._curl
-        if curl is not None and not self._done:
-            # libcurl calls the progress function only when it runs the transfer; an idle
-            # one must be woken. Resuming is harmless even for a handle tornado has
-            # already recycled: its streaming buffer pauses again if it needs to.
-            try:
-                curl.pause(pycurl.PAUSE_CONT)
-            except pycurl.error:
-                pass
-            self._client._kick()
+        if self._curl is not None and not self._done:
+            self._client._abort(self._curl)
         self._wake()
 
-    def _on_done(self, future: asyncio.Future) -> None:
+    def _finished(self, errno: int, message: str) -> None:
+        if self._done:
+            return
         self._client._calls.discard(self)
         self._done = True
         self._curl = None
         self._stop_timer()
-        # always fetch the exception, so an aborted transfer logs no "never retrieved"
-        exc = future.exception() if not future.cancelled() else asyncio.CancelledError()
         if self._error is None:
-            if exc is not None:
-                self._error = self._classify(exc)
+            if errno:
+                self._error = self._classify(errno, message)
             elif not self._headers_done:
-                response = future.result()  # no header callback came (should not happen)
-                self.status = response.code
-                self.headers = response.headers
-                self._headers_done = True
+                self._headers_done = True  # a complete transfer without a blank line: odd
         self._wake()
 
     def _abandon(self) -> None:
         """The pool is closing under this call: its transfer will never report back."""
         if self._error is None:
             self._error = UpstreamCancelled("the upstream client was closed")
-        self._done = True
-        self._curl = None
-        self._stop_timer()
-        self._wake()
+        self._finished(0, "")
 
-    def _classify(self, exc: BaseException) -> UpstreamError:
-        if isinstance(exc, CurlError):
-            if exc.errno in _UNREACHABLE and not self._headers_done:
-                return UpstreamUnreachable(f"curl error {exc.errno}: {exc.message}")
-            return UpstreamCut(f"curl error {exc.errno}: {exc.message}")
-        if self._headers_done:
-            return UpstreamCut(f"transfer failed: {exc!r}")
-        return UpstreamUnreachable(f"request not sent: {exc!r}")
+    def _classify(self, errno: int, message: str) -> UpstreamError:
+        if errno in _UNREACHABLE and not self._headers_done:
+            return UpstreamUnreachable(f"curl error {errno}: {message}")
+        return UpstreamCut(f"curl error {errno}: {message}")
 
     def _stop_timer(self) -> None:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-
-
-class _CurlPool(CurlAsyncHTTPClient):
-    """Tornado's curl client creates all `max_clients` easy handles up front (~7 KB each idle,
-    far more once used) and queues every transfer past them. This one starts with a few and
-    adds handles when transfers are waiting, up to `max_clients`, so a node can hold thousands
-    of streams without paying for them while idle. (Leans on tornado's `_curls`, `_free_list`,
-    `_requests` and `_curl_create`; tests/test_upstream_client.py would catch a change.)"""
-
-    def initialize(self, max_clients: int = 10, **kwargs) -> None:  # type: ignore[override]
-        super().initialize(max_clients=min(max_clients, _FIRST_HANDLES), **kwargs)
-        self._max_handles = max_clients
-
-    def _process_queue(self) -> None:
-        need = min(len(self._requests) - len(self._free_list), self._max_handles - len(self._curls))
-        for _ in range(need):
-            curl = self._curl_create()
-            self._curls.append(curl)
-            self._free_list.append(curl)
-        super()._process_queue()
 
 
 class UpstreamClient:
@@ -288,23 +236,15 @@ class UpstreamClient:
         self.max_clients = max_clients
         self.silence_s = silence_s
         self.connect_timeout_s = connect_timeout_s
-        self._http: CurlAsyncHTTPClient | None = None
+        self._http: CurlPool | None = None
         self._io_loop: IOLoop | None = None
         self._calls: set[UpstreamCall] = set()  # in flight, so close() can fail them
 
     def open(self, url: str, body: bytes, headers: dict[str, str]) -> UpstreamCall:
         """Start a POST now; the returned call yields its status, headers and body chunks."""
-        http = self._client()
         call = UpstreamCall(self, self.silence_s)
-        request = HTTPRequest(
-            url, method="POST", body=body, headers=headers,
-            connect_timeout=self.connect_timeout_s,
-            request_timeout=0,  # no total limit: liveness is the silence timer's job
-            follow_redirects=False, decompress_response=False, user_agent=_USER_AGENT,
-            header_callback=call._on_header, streaming_callback=call._on_chunk,
-            prepare_curl_callback=call._prepare_curl)
+        self._client().start(call, url, body, headers)
         self._calls.add(call)
-        http.fetch(request, raise_error=False).add_done_callback(call._on_done)
         return call
 
     def close(self) -> None:
@@ -323,18 +263,19 @@ class UpstreamClient:
             if timeout is not None:
                 http.io_loop.remove_timeout(timeout)
 
-    def _client(self) -> CurlAsyncHTTPClient:
+    def _client(self) -> CurlPool:
         # A private instance rather than the AsyncHTTPClient() singleton: the singleton is
         # cached per IOLoop whatever `configure` says later, so anything that created the
         # simple client first would silently give us a pool that closes every connection.
         io_loop = IOLoop.current()
         if self._http is None or self._io_loop is not io_loop:
             self.close()  # a pool is bound to its loop: a new loop gets a new pool
-            self._http = _CurlPool(force_instance=True, max_clients=self.max_clients)
+            self._http = CurlPool(force_instance=True, max_clients=self.max_clients,
+                                  connect_timeout_s=self.connect_timeout_s,
+                                  user_agent=_USER_AGENT)
             self._io_loop = io_loop
         return self._http
 
-    def _kick(self) -> None:
-        """Have libcurl run its transfers now, so a cancelled one sees its abort at once."""
+    def _abort(self, curl: pycurl.Curl) -> None:
         if self._http is not None:
-            self._http._set_timeout(0)
+            self._http.abort(curl)

@@ -1,0 +1,119 @@
+"""The pipelined script connection (upgate/script_channel.py) against a private redis-server."""
+
+import asyncio
+
+import pytest
+import redis
+from redis.exceptions import ConnectionError, NoScriptError, ResponseError, TimeoutError
+
+from upgate import store
+
+pytestmark = pytest.mark.timeout(60)
+
+ECHO = "return ARGV[1]"
+SLOW = "local t = redis.call('TIME'); local s = t[1] * 1e6 + t[2]; " \
+       "repeat t = redis.call('TIME') until t[1] * 1e6 + t[2] - s > tonumber(ARGV[1]) * 1000; return 'slept'"
+
+
+def run(redis_url, test, **options):
+    async def body():
+        client = store.connect_async(redis_url)
+        if options:
+            client.scripts._timeout_s = options["timeout_s"]
+        try:
+            echo = await client.script_load(ECHO)
+            slow = await client.script_load(SLOW)
+            return await test(client, echo, slow)
+        finally:
+            await client.aclose()
+    return asyncio.run(body())
+
+
+def script_connections(r) -> list[dict]:
+    return [c for c in r.client_list() if c["cmd"] == "evalsha"]
+
+
+def test_concurrent_calls_each_get_their_own_reply_over_one_connection(redis_url, r):
+    async def test(client, echo, _slow):
+        replies = await asyncio.gather(*(client.evalsha(echo, 0, f"call-{i}") for i in range(500)))
+        assert replies == [f"call-{i}".encode() for i in range(500)]
+        assert len(script_connections(r)) == 1
+    run(redis_url, test)
+    assert r.info("commandstats")["cmdstat_evalsha"]["calls"] == 500
+
+
+def test_error_replies_raise_what_redis_py_would_and_the_channel_goes_on(redis_url):
+    async def test(client, echo, _slow):
+        with pytest.raises(NoScriptError):
+            await client.evalsha("0" * 40, 0)
+        with pytest.raises(ResponseError, match="boom"):
+            await client.eval("return redis.error_reply('boom')", 0)  # the pool's path, for contrast
+        bad = await client.script_load("return redis.error_reply('boom')")
+        results = await asyncio.gather(client.evalsha(bad, 0), client.evalsha(echo, 0, "after"),
+                                       return_exceptions=True)
+        assert isinstance(results[0], ResponseError) and "boom" in str(results[0])
+        assert results[1] == b"after"
+    run(redis_url, test)
+
+
+def test_a_cancelled_caller_does_not_shift_the_next_reply(redis_url):
+    async def test(client, echo, slow):
+        waiting = asyncio.ensure_future(client.evalsha(slow, 0, 150))
+        await asyncio.sleep(0.05)
+        waiting.cancel()
+        assert await client.evalsha(echo, 0, "mine") == b"mine"
+        assert waiting.cancelled()
+    run(redis_url, test)
+
+
+def test_a_killed_connection_fails_the_calls_in_flight_and_the_next_call_reconnects(redis_url, r):
+    async def test(client, echo, slow):
+        assert await client.evalsha(echo, 0, "first") == b"first"
+        (conn,) = script_connections(r)
+        r.client_pause(2000, all=False)  # holds scripts (writes), not CLIENT KILL
+        try:
+            in_flight = asyncio.ensure_future(client.evalsha(echo, 0, "held"))
+            await asyncio.sleep(0.05)
+            r.client_kill_filter(_id=conn["id"])
+        finally:
+            r.client_unpause()
+        with pytest.raises(ConnectionError):
+            await in_flight
+        assert await client.evalsha(echo, 0, "again") == b"again"
+        assert [c["id"] for c in script_connections(r)] != [conn["id"]]
+    run(redis_url, test)
+
+
+def test_a_reply_later_than_the_timeout_fails_every_call_in_flight_then_recovers(redis_url):
+    async def test(client, echo, slow):
+        results = await asyncio.gather(client.evalsha(slow, 0, 600), client.evalsha(echo, 0, "queued"),
+                                       return_exceptions=True)
+        assert all(isinstance(x, TimeoutError) for x in results), results
+        assert await client.evalsha(echo, 0, "later") == b"later"  # a fresh connection
+    run(redis_url, test, timeout_s=0.2)
+
+
+def test_a_store_that_is_down_is_a_connection_error_not_a_hang():
+    async def body():
+        client = store.connect_async("redis://127.0.0.1:1/0")
+        try:
+            with pytest.raises(ConnectionError):
+                await client.evalsha("0" * 40, 0)
+        finally:
+            await client.aclose()
+    asyncio.run(body())
+
+
+def test_the_channel_logs_in_as_the_url_says(redis_url, r):
+    r.acl_setuser("gateway", enabled=True, passwords=["+s3cret"], keys=["*"], commands=["+@all"])
+    try:
+        url = redis_url.replace("redis://", "redis://gateway:s3cret@")
+
+        async def test(client, echo, _slow):
+            assert await client.evalsha(echo, 0, "hi") == b"hi"
+            assert [c["user"] for c in script_connections(r)] == ["gateway"]
+        run(url, test)
+        with pytest.raises(redis.AuthenticationError):
+            run(redis_url.replace("redis://", "redis://gateway:wrong@"), test)
+    finally:
+        r.acl_deluser("gateway")
