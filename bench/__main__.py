@@ -54,7 +54,8 @@ def run(args) -> int:
         return 2
     t0 = time.monotonic()
     results: dict = {"started": report.stamp(), "quick": args.quick, "accounts": args.accounts,
-                     "key_rpm": KEY_RPM, "machine": report.machine(), "versions": report.versions()}
+                     "key_rpm": KEY_RPM, "machine": report.machine(), "versions": report.versions(),
+                     "python_speed_krounds_s": report.python_speed()}
     log("starting redis-server, the mock provider and the gateway; seeding "
         f"{args.accounts} accounts")
     with Stack(accounts=args.accounts, pin=not args.no_pin) as stack:

@@ -16,6 +16,9 @@ SLOW = "local t = redis.call('TIME'); local s = t[1] * 1e6 + t[2]; " \
 
 
 def run(redis_url, test, **options):
+    global _BEFORE
+    _BEFORE = _ids(redis_url)
+
     async def body():
         client = store.connect_async(redis_url)
         if options:
@@ -29,8 +32,22 @@ def run(redis_url, test, **options):
     return asyncio.run(body())
 
 
+_BEFORE: set = set()
+
+
+def _ids(redis_url) -> set:
+    base = redis_url.split("@")[-1].replace("redis://", "")
+    plain = redis.Redis.from_url("redis://" + base)
+    try:
+        return {c["id"] for c in plain.client_list()}
+    finally:
+        plain.close()
+
+
 def script_connections(r) -> list[dict]:
-    return [c for c in r.client_list() if c["cmd"] == "evalsha"]
+    """The connections opened by this test's client that ran a script last (other tests of the
+    session may leave connections of their own open on the same server)."""
+    return [c for c in r.client_list() if c["cmd"] == "evalsha" and c["id"] not in _BEFORE]
 
 
 def test_concurrent_calls_each_get_their_own_reply_over_one_connection(redis_url, r):
