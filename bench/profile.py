@@ -51,6 +51,7 @@ def run(quick: bool = False, pin: bool = True, accounts: int = 400, seconds: flo
             print(f"py-spy wrote no profile: {spy.stderr.read().decode(errors='replace')}", file=sys.stderr)
             return 2
         stacks = parse(raw.read_text())
+        shutil.copy(raw, HERE / "pyspy-last.txt")  # for a closer look; not committed
     rps = round(t.ok / t.elapsed_s)
     text = markdown(stacks, rps, concurrency, seconds, report.versions())
     out = HERE / "PROFILE.md"
@@ -92,8 +93,8 @@ def _area(frame: str) -> str:
 
 # What a leaf frame's file says about the work it does (first match wins).
 AREAS = (
-    (("tornado/curl_httpclient", "pycurl", "upgate/upstream/client"), "upstream HTTP (tornado's curl client, pycurl)"),
-    (("redis/", "upgate/store", "upgate/ledger"), "Redis (redis-py, script calls, ledger)"),
+    (("tornado/curl_httpclient", "pycurl", "upgate/upstream/client", "upgate/upstream/curl_pool"), "upstream HTTP (libcurl through tornado and upgate/upstream, pycurl)"),
+    (("redis/", "hiredis", "upgate/store", "upgate/ledger", "upgate/script_channel"), "Redis (redis-py, script channel, ledger)"),
     (("logging/", "upgate/metrics", "prometheus_client", "_monitor"), "access log and metrics"),
     (("tornado/http1connection", "tornado/httputil", "tornado/iostream", "tornado/web",
       "tornado/httpserver", "tornado/routing", "tornado/escape", "email/"), "HTTP server (tornado)"),

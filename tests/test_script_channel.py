@@ -134,3 +134,18 @@ def test_the_channel_logs_in_as_the_url_says(redis_url, r):
             run(redis_url.replace("redis://", "redis://gateway:wrong@"), test)
     finally:
         r.acl_deluser("gateway")
+
+
+def test_the_connection_survives_garbage_collection(redis_url, r):
+    """The channel takes over the transport of a connection redis-py opened; collecting that
+    Connection object must not close the transport under it."""
+    import gc
+
+    async def test(client, echo, _slow):
+        assert await client.evalsha(echo, 0, "one") == b"one"
+        (before,) = script_connections(r)
+        gc.collect()
+        await asyncio.sleep(0.05)
+        assert await client.evalsha(echo, 0, "two") == b"two"
+        assert [c["id"] for c in script_connections(r)] == [before["id"]]
+    run(redis_url, test)

@@ -5,8 +5,9 @@ the pool (a lock and a condition), write, await the reply under a per-command ti
 give it back. At saturation that was ~15% of the gateway's CPU for two EVALSHAs per
 request (bench/PROFILE.md). Redis answers the commands of one connection in order, so
 the gateway's script calls can share one: a call packs its command (hiredis), queues a
-future, and the commands queued in one loop turn go out in one write; one reader task
-parses replies (hiredis) and resolves the futures in order. A connection then carries
+future, and the commands queued in one loop turn go out in one write; the transport
+hands what it reads straight to a hiredis parser (this module's protocol replaces
+redis-py's stream reader once connected), which resolves the futures in order. A connection then carries
 many calls per system call each way, and a call costs one future.
 
 Semantics stay those of a single command: an error reply raises the exception redis-py
@@ -30,12 +31,54 @@ from redis._parsers.base import BaseParser
 from redis.exceptions import ConnectionError, InvalidResponse, TimeoutError
 
 
+class _Link(asyncio.Protocol):
+    """One connection's callbacks. A link the channel has dropped is ignored: its transport's
+    last callbacks may arrive after a new connection took its place."""
+
+    def __init__(self, channel: "ScriptChannel", conn) -> None:
+        self.channel = channel
+        self.conn = conn  # held while the transport is used: redis-py's Connection and asyncio's
+        # StreamWriter each close the transport when they are collected
+        self.transport: asyncio.Transport = conn._writer.transport
+        self.parser = hiredis.Reader(protocolError=InvalidResponse, replyError=BaseParser.parse_error)
+
+    def data_received(self, data: bytes) -> None:
+        channel = self.channel
+        if channel._link is not self:
+            return
+        parser, pending = self.parser, channel._pending
+        try:
+            parser.feed(data)
+            while (reply := parser.gets()) is not False:
+                future, _sent = pending.popleft()
+                if future.done():
+                    continue  # its caller was cancelled
+                if isinstance(reply, Exception):
+                    future.set_exception(reply)
+                else:
+                    future.set_result(reply)
+        except Exception as e:  # a protocol error, or a reply nobody asked for
+            channel._drop(ConnectionError(f"reading from the store: {e!r}"))
+
+    def eof_received(self) -> bool:
+        if self.channel._link is self:
+            self.channel._drop(ConnectionError("Connection closed by server."))
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.channel._link is self:
+            self.channel._drop(ConnectionError(f"Connection to the store lost: {exc or 'closed'}"))
+
+    def close(self) -> None:
+        self.transport.close()
+        self.conn._writer = self.conn._reader = None  # closed: nothing left for their __del__
+
+
 class ScriptChannel:
     def __init__(self, pool: aioredis.ConnectionPool, timeout_s: float) -> None:
         self._pool = pool  # only its connection class and options (auth, TLS, db)
         self._timeout_s = timeout_s
-        self._conn = None  # a connected redis-py Connection
-        self._reader_task: asyncio.Task | None = None
+        self._link: _Link | None = None
         self._lock = asyncio.Lock()
         self._pending: deque[tuple[asyncio.Future, float]] = deque()  # in the order sent
         self._out: list[bytes] = []  # packed commands of this loop turn, not yet written
@@ -43,9 +86,9 @@ class ScriptChannel:
         self._watchdog: asyncio.TimerHandle | None = None
 
     async def execute(self, *args):
-        if self._conn is None:
+        if self._link is None:
             await self._connect()
-            if self._conn is None:
+            if self._link is None:
                 raise ConnectionError("the connection to the store was lost while opening")
         loop = asyncio.get_running_loop()
         future = loop.create_future()
@@ -63,42 +106,18 @@ class ScriptChannel:
 
     async def _connect(self) -> None:
         async with self._lock:
-            if self._conn is not None:
+            if self._link is not None:
                 return
             conn = self._pool.make_connection()
             await conn.connect()  # redis-py's handshake; raises its ConnectionError/TimeoutError
-            self._conn = conn
-            self._reader_task = asyncio.create_task(self._read(conn), name="upgate-script-channel")
+            link = self._link = _Link(self, conn)
+            link.transport.set_protocol(link)  # from here on its bytes come to the link
 
     def _flush(self) -> None:
         self._flush_due = False
         out, self._out = self._out, []
-        if out and self._conn is not None:
-            self._conn._writer.write(b"".join(out))
-
-    async def _read(self, conn) -> None:
-        parser = hiredis.Reader(protocolError=InvalidResponse, replyError=BaseParser.parse_error)
-        stream = conn._reader
-        pending = self._pending
-        try:
-            while True:
-                data = await stream.read(65536)
-                if not data:
-                    raise ConnectionError("Connection closed by server.")
-                parser.feed(data)
-                while (reply := parser.gets()) is not False:
-                    future, _sent = pending.popleft()
-                    if future.done():
-                        continue  # its caller was cancelled
-                    if isinstance(reply, Exception):
-                        future.set_exception(reply)
-                    else:
-                        future.set_result(reply)
-        except asyncio.CancelledError:
-            raise
-        except Exception as e:
-            if self._conn is conn:
-                self._drop(e if isinstance(e, ConnectionError) else ConnectionError(f"reading from the store: {e!r}"))
+        if out and self._link is not None:
+            self._link.transport.write(b"".join(out))
 
     def _check(self) -> None:
         self._watchdog = None
@@ -112,10 +131,7 @@ class ScriptChannel:
 
     def _drop(self, error: Exception) -> None:
         """Fail everything in flight and forget the connection; the next call opens a new one."""
-        conn, self._conn = self._conn, None
-        task, self._reader_task = self._reader_task, None
-        if task is not None and task is not asyncio.current_task():
-            task.cancel()
+        link, self._link = self._link, None
         if self._watchdog is not None:
             self._watchdog.cancel()
             self._watchdog = None
@@ -124,5 +140,5 @@ class ScriptChannel:
         for future, _sent in pending:
             if not future.done():
                 future.set_exception(error)
-        if conn is not None and conn._writer is not None:
-            conn._writer.close()  # not redis-py's disconnect(): that awaits, and this may not
+        if link is not None:
+            link.close()

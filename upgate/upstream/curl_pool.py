@@ -23,6 +23,7 @@ from collections import deque
 
 import pycurl
 from tornado.curl_httpclient import CurlAsyncHTTPClient
+from tornado.ioloop import IOLoop
 
 _HTTP2 = getattr(pycurl, "CURL_HTTP_VERSION_2TLS", None)  # h2 for https, 1.1 for plain http
 # libcurl gives every easy handle a 64 KB upload buffer, kept for the handle's life: with a
@@ -33,6 +34,11 @@ _FIRST_HANDLES = 32
 # libcurl adds "Expect: 100-continue" to large POSTs (a round trip of delay, or a stall with
 # servers that ignore it) and used to add "Pragma: no-cache": an empty value turns each off.
 _FIXED_HEADERS = (b"Expect:", b"Pragma:")
+
+
+_READ, _WRITE = IOLoop.READ, IOLoop.WRITE
+_WANT = {pycurl.POLL_NONE: 0, pycurl.POLL_IN: _READ, pycurl.POLL_OUT: _WRITE,
+         pycurl.POLL_INOUT: _READ | _WRITE, pycurl.POLL_REMOVE: 0}
 
 
 class CurlPool(CurlAsyncHTTPClient):
@@ -123,6 +129,30 @@ class CurlPool(CurlAsyncHTTPClient):
             self._free_list.append(curl)
         call._finished(curl_error or 0, curl_message or "")
 
+    def _handle_socket(self, event: int, fd: int, multi, data) -> None:
+        """libcurl says which events of `fd` it wants now. Tornado removes and re-adds the fd
+        at every change (a workaround for libcurl of 2011 reusing an fd without a REMOVE);
+        this touches only the reader or writer that changed, on the asyncio loop itself."""
+        loop = self.io_loop.asyncio_loop
+        want = _WANT[event]
+        have = self._fds.get(fd, 0)
+        if want == have:
+            return
+        if (want ^ have) & _READ:
+            if want & _READ:
+                loop.add_reader(fd, self._handle_events, fd, _READ)
+            else:
+                loop.remove_reader(fd)
+        if (want ^ have) & _WRITE:
+            if want & _WRITE:
+                loop.add_writer(fd, self._handle_events, fd, _WRITE)
+            else:
+                loop.remove_writer(fd)
+        if want:
+            self._fds[fd] = want
+        else:
+            self._fds.pop(fd, None)
+
     def _set_timeout(self, msecs: int) -> None:
         # libcurl passes -1 to delete its timer; tornado's version schedules a call at once.
         if self._timeout is not None:
@@ -132,6 +162,13 @@ class CurlPool(CurlAsyncHTTPClient):
             self._timeout = self.io_loop.asyncio_loop.call_later(msecs / 1000, self._handle_timeout)
 
     def close(self) -> None:
+        loop = self.io_loop.asyncio_loop
+        for fd, have in self._fds.items():
+            if have & _READ:
+                loop.remove_reader(fd)
+            if have & _WRITE:
+                loop.remove_writer(fd)
+        self._fds.clear()
         for call, *_ in self._queue:
             call._finished(pycurl.E_ABORTED_BY_CALLBACK, "the upstream client was closed")
         self._queue.clear()
