@@ -69,3 +69,16 @@ def test_a_long_request_in_flight_is_not_idle(node, redis_url):
         return await task
 
     assert asyncio.run(main()).rstrip().endswith(b"data: [DONE]")
+
+
+def test_a_body_that_never_finishes_is_closed_after_the_body_limit(node):
+    sock = socket.create_connection(("127.0.0.1", node.port))
+    sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"mo")
+    time.sleep(0.3)
+
+    async def run(idle_s, body_s):
+        node.server.idle_timeout_s, node.server.body_timeout_s = idle_s, body_s
+        return node.server.close_idle()
+    assert node.thread.run(run(0.1, 30)) == 0  # headers are in: the idle limit no longer applies
+    assert node.thread.run(run(30, 0.2)) == 1
+    assert closed_by_peer(sock)

@@ -32,17 +32,21 @@ class BindError(OSError):
 
 
 class GatewayHTTPServer(tornado.httpserver.HTTPServer):
-    """Tornado's server, with idle kept-alive connections closed by a sweep every few seconds.
-    Tornado's own idle_connection_timeout wraps every request's header read in a timeout
-    future and a timer (~4% of the gateway's CPU per request, bench/PROFILE.md); here a request
-    costs one dict write, and a connection that has waited for its next request's headers for
-    `idle_timeout_s` is closed within `IDLE_SWEEP_S` after that (slow headers included)."""
+    """Tornado's server, with idle and slow connections closed by a sweep every few seconds.
+    Tornado's own idle_connection_timeout and body_timeout wrap every request's header read
+    and body read in a timeout future and a timer (~6% of the gateway's CPU per request,
+    bench/PROFILE.md); here a request costs one dict write. The sweep closes, within
+    `IDLE_SWEEP_S` after its limit, a connection that has waited `idle_timeout_s` for its next
+    request's headers (slow headers included), or `body_timeout_s` for a request's headers and
+    body to arrive. A request whose body is in is never cut, however long its answer takes."""
 
     IDLE_SWEEP_S = 5.0
 
-    def initialize(self, *args, idle_timeout_s: float = 75.0, **kwargs) -> None:  # type: ignore[override]
+    def initialize(self, *args, idle_timeout_s: float = 75.0, body_timeout_s: float = 300.0,  # type: ignore[override]
+                   **kwargs) -> None:
         super().initialize(*args, **kwargs)
         self.idle_timeout_s = idle_timeout_s
+        self.body_timeout_s = body_timeout_s
         # server connection -> (its current request connection, when it started waiting for it)
         self._waiting: dict = {}
         self._idle_sweep = tornado.ioloop.PeriodicCallback(self.close_idle, self.IDLE_SWEEP_S * 1000)
@@ -62,11 +66,18 @@ class GatewayHTTPServer(tornado.httpserver.HTTPServer):
         super().on_close(server_conn)
 
     def close_idle(self) -> int:
-        """Close connections whose next request's headers have not come in `idle_timeout_s`."""
+        """Close connections idle or slow past their limit; returns how many."""
         now, closed = time.monotonic(), 0
         for server_conn, (request_conn, since) in list(self._waiting.items()):
-            # tornado sets the start line once the headers are in: None means still waiting
-            if request_conn._request_start_line is None and now - since >= self.idle_timeout_s:
+            # tornado sets the start line once the headers are in, and _read_finished once the
+            # body is (then the request is the handler's, for as long as it takes)
+            if request_conn._request_start_line is None:
+                limit = self.idle_timeout_s
+            elif not request_conn._read_finished:
+                limit = self.body_timeout_s
+            else:
+                continue
+            if now - since >= limit:
                 server_conn.stream.close()
                 closed += 1
         return closed
@@ -92,7 +103,7 @@ async def start_node(settings: Settings, providers: dict, sockets, client=None):
                                # Tornado drops a request whose headers pass 64 KB without a word;
                                # up to 1 MB the handler answers it (a huge key is a 401)
                                max_header_size=1 << 20,
-                               idle_timeout_s=75, body_timeout=300)
+                               idle_timeout_s=75, body_timeout_s=300)
     server.add_sockets(sockets)
     return ctx, server
 
