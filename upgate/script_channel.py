@@ -5,7 +5,8 @@ the pool (a lock and a condition), write, await the reply under a per-command ti
 give it back. At saturation that was ~15% of the gateway's CPU for two EVALSHAs per
 request (bench/PROFILE.md). Redis answers the commands of one connection in order, so
 the gateway's script calls can share one: a call packs its command (hiredis), queues a
-future, and the commands queued in one loop turn go out in one write; the transport
+future, and the commands queued in one loop turn go out in one write (a call on an
+idle connection goes out at once); the transport
 hands what it reads straight to a hiredis parser (this module's protocol replaces
 redis-py's stream reader once connected), which resolves the futures in order. A connection then carries
 many calls per system call each way, and a call costs one future.
@@ -92,11 +93,16 @@ class ScriptChannel:
                 raise ConnectionError("the connection to the store was lost while opening")
         loop = asyncio.get_running_loop()
         future = loop.create_future()
+        packed = hiredis.pack_command(args)
+        if self._pending or self._flush_due:
+            # calls are in flight: more will come this loop turn, so write them all at its end
+            self._out.append(packed)
+            if not self._flush_due:
+                self._flush_due = True
+                loop.call_soon(self._flush)
+        else:
+            self._link.transport.write(packed)  # an idle connection: nothing to wait for
         self._pending.append((future, loop.time()))
-        self._out.append(hiredis.pack_command(args))
-        if not self._flush_due:
-            self._flush_due = True
-            loop.call_soon(self._flush)
         if self._watchdog is None:
             self._watchdog = loop.call_later(self._timeout_s, self._check)
         return await future
