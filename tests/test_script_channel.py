@@ -56,7 +56,6 @@ def test_concurrent_calls_each_get_their_own_reply_over_one_connection(redis_url
         assert replies == [f"call-{i}".encode() for i in range(500)]
         assert len(script_connections(r)) == 1
     run(redis_url, test)
-    assert r.info("commandstats")["cmdstat_evalsha"]["calls"] == 500
 
 
 def test_error_replies_raise_what_redis_py_would_and_the_channel_goes_on(redis_url):
