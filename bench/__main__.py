@@ -1,6 +1,7 @@
 """`python -m bench [--quick]`: measure one gateway process against the mock provider and
 write BENCHMARKS.md at the repo root. `python -m bench --profile` runs the saturation
-phase under py-spy instead and writes bench/PROFILE.md.
+phase under py-spy instead and writes bench/PROFILE.md. `python -m bench --ab REV` runs
+git revision REV and the working tree alternately and compares them.
 """
 from __future__ import annotations
 
@@ -18,6 +19,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="a ~70 s run with smaller counts")
     ap.add_argument("--profile", action="store_true",
                     help="profile the saturation phase with py-spy → bench/PROFILE.md")
+    ap.add_argument("--ab", metavar="REV",
+                    help="compare git revision REV with the working tree, run alternately")
+    ap.add_argument("--rounds", type=int, default=3, help="rounds of --ab (default 3)")
     ap.add_argument("--no-pin", action="store_true", help="do not pin processes to CPUs")
     ap.add_argument("--accounts", type=int, default=400,
                     help="funded accounts, one key each (default 400; at least 200 for 2,000 streams)")
@@ -30,6 +34,10 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGALRM, _timed_out)
     signal.alarm(limit_s)  # a hard bound on the whole run; the stack is torn down on the way out
     try:
+        if args.ab:
+            from bench import ab
+
+            return ab.run(args.ab, args.rounds, pin=not args.no_pin, accounts=200)
         if args.profile:
             from bench import profile
 
