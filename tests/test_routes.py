@@ -76,3 +76,18 @@ def test_a_404_keeps_the_connection_alive_for_the_next_request(node, method, pat
     assert second.status == 200
     assert conn.sock is sock  # the same TCP connection answered both
     conn.close()
+
+
+def test_every_response_carries_date_server_json_type_and_its_own_request_id(node):
+    import email.utils
+    import time
+
+    ids = set()
+    for path in ("/healthz", "/v1/models", "/v1/nothing"):
+        resp = httpx.get(node.url + path)
+        sent = email.utils.parsedate_to_datetime(resp.headers["Date"]).timestamp()
+        assert abs(sent - time.time()) < 5
+        assert resp.headers["Server"].startswith("upgate/")
+        assert resp.headers["Content-Type"].startswith("application/json")
+        ids.add(resp.headers["X-Svc-Request-Id"])
+    assert len(ids) == 3

@@ -13,7 +13,9 @@ import time
 import orjson
 import redis.exceptions
 import tornado.web
+from tornado.httputil import HTTPHeaders, format_timestamp
 
+from upgate import __version__
 from upgate.errors import GatewayError
 from upgate.ledger import store_unavailable
 
@@ -22,6 +24,18 @@ log = logging.getLogger("upgate")
 # redis-py's errors: a whole cluster unreachable is a RedisClusterException, not a RedisError
 _STORE_CLIENT_ERRORS = (redis.exceptions.RedisError, redis.exceptions.RedisClusterException)
 _HTTP_CODES = {400: "invalid_request", 404: "not_found", 405: "invalid_request", 413: "request_too_large"}
+
+
+_SERVER = f"upgate/{__version__}"
+_date = (0, "")
+
+
+def _http_date() -> str:
+    global _date
+    now = int(time.time())
+    if now != _date[0]:
+        _date = (now, format_timestamp(now))
+    return _date[1]
 
 
 def new_request_id() -> str:
@@ -73,14 +87,19 @@ class BaseHandler(tornado.web.RequestHandler):
         """The whole body, or None when it was refused (the 413 is already on its way)."""
         return None if self._body is None else b"".join(self._body)
 
-    def set_default_headers(self) -> None:
-        # Runs on construction and again after clear() on errors: the id must survive both.
+    def clear(self) -> None:
+        # Tornado's clear() formats a Date per request and sets every default header through
+        # set_header's checks; these values are known safe, and the Date changes once a second.
+        # Runs on construction and again before an error response: the id must survive both.
         rid = self.__dict__.get("request_id")
         if rid is None:
             rid = self.request_id = new_request_id()
-        self.set_header("X-Svc-Request-Id", rid)
-        self.set_header("Content-Type", "application/json")
+        self._headers = HTTPHeaders({"Server": _SERVER, "Content-Type": "application/json",
+                                     "Date": _http_date(), "X-Svc-Request-Id": rid})
         self._apply_rate()
+        self._write_buffer = []
+        self._status_code = 200
+        self._reason = "OK"
 
     def _apply_rate(self) -> None:
         rate = self.rate
