@@ -45,6 +45,7 @@ class GatewayHTTPServer(tornado.httpserver.HTTPServer):
     def initialize(self, *args, idle_timeout_s: float = 75.0, body_timeout_s: float = 300.0,  # type: ignore[override]
                    **kwargs) -> None:
         super().initialize(*args, **kwargs)
+        self.conn_params.header_timeout = None  # tornado puts 3600 s there when given no idle limit
         self.idle_timeout_s = idle_timeout_s
         self.body_timeout_s = body_timeout_s
         # server connection -> (its current request connection, when it started waiting for it)
