@@ -46,6 +46,16 @@ class Metrics:
                              multiprocess_mode="livesum")
         self.inflight = Gauge("upgate_inflight_requests", "Billable requests in flight on this node",
                               registry=r, multiprocess_mode="livesum")
+        self._children: dict = {}
+
+    def child(self, metric, *labels: str):
+        """`metric.labels(*labels)`, cached: prometheus-client checks and locks on every call.
+        Every label set here is bounded (routes, statuses, codes, providers, outcomes)."""
+        key = (metric, labels)
+        found = self._children.get(key)
+        if found is None:
+            found = self._children[key] = metric.labels(*labels)
+        return found
 
     def opened(self, handler) -> None:
         """A billable request took its hold (it is in ctx.inflight until closed())."""
@@ -82,18 +92,18 @@ def observe(ctx, handler) -> None:
     upstream_ms = getattr(handler, "upstream_ms", 0.0)
     m = ctx.metrics
     if m is not None:
-        m.requests.labels(route, str(status), code).inc()
+        m.child(m.requests, route, str(status), code).inc()
         if route.startswith("/v1/") and route != "/v1/models":
-            m.overhead.labels(route).observe(max(0.0, total - upstream_ms / 1000))
+            m.child(m.overhead, route).observe(max(0.0, total - upstream_ms / 1000))
         for provider, seconds in getattr(handler, "attempts", ()):  # every attempt, failed ones too
-            m.upstream.labels(provider).observe(seconds)
+            m.child(m.upstream, provider).observe(seconds)
         outcome = getattr(handler, "billing", None)
         if outcome:
-            m.holds.labels("placed").inc()
-            m.holds.labels(outcome).inc()
+            m.child(m.holds, "placed").inc()
+            m.child(m.holds, outcome).inc()
         for provider, failed in getattr(handler, "failures", ()):  # each failed candidate
             if failed.startswith(("upstream_", "free_capacity")):
-                m.upstream_errors.labels(provider, failed).inc()
+                m.child(m.upstream_errors, provider, failed).inc()
     if ctx.access_log is None:
         return
     key = getattr(handler, "key", None)
