@@ -257,11 +257,6 @@ class UpstreamClient:
             self._http = None
             self._io_loop = None
             http.close()
-            # Closing handles still in flight makes libcurl re-arm its timer from inside
-            # close(); that callback would then find the multi handle gone.
-            timeout = getattr(http, "_timeout", None)
-            if timeout is not None:
-                http.io_loop.remove_timeout(timeout)
 
     def _client(self) -> CurlPool:
         # A private instance rather than the AsyncHTTPClient() singleton: the singleton is

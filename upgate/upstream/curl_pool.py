@@ -173,3 +173,8 @@ class CurlPool(CurlAsyncHTTPClient):
             call._finished(pycurl.E_ABORTED_BY_CALLBACK, "the upstream client was closed")
         self._queue.clear()
         super().close()
+        # Closing handles still in flight makes libcurl re-arm its timer from inside close();
+        # that callback would then find the multi handle gone.
+        if self._timeout is not None:
+            self._timeout.cancel()
+            self._timeout = None
