@@ -290,3 +290,18 @@ async def test_transfers_past_max_clients_wait_for_a_free_handle(server, client)
     assert len(client._http._curls) == 40
     for c in calls:
         c.cancel()
+
+
+@with_mock()
+async def test_a_response_past_the_body_limit_is_cut_not_buffered(server, client):
+    from upgate.upstream import client as upstream_client
+
+    limit = upstream_client._MAX_BODY
+    upstream_client._MAX_BODY = 2000  # the real limit is 100 MB; the check is the same
+    try:
+        call = chat(server, client, chunks=200)
+        await call.start()
+        with pytest.raises(UpstreamCut, match="passed 2000 bytes"):
+            await call.body()
+    finally:
+        upstream_client._MAX_BODY = limit
