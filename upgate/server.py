@@ -15,13 +15,11 @@ import socket
 import sys
 import time
 
-import tornado.httpserver
-import tornado.ioloop
 import tornado.netutil
 
 from upgate.app import make_app
 from upgate.context import Context
-from upgate.nodelay import keep_nodelay
+from upgate.http1 import HTTP1Server
 from upgate.settings import Settings
 
 log = logging.getLogger("upgate")
@@ -29,63 +27,6 @@ log = logging.getLogger("upgate")
 
 class BindError(OSError):
     """The listening socket could not be opened (port in use, no permission, out of range)."""
-
-
-class GatewayHTTPServer(tornado.httpserver.HTTPServer):
-    """Tornado's server, with idle and slow connections closed by a sweep every few seconds.
-    Tornado's own idle_connection_timeout and body_timeout wrap every request's header read
-    and body read in a timeout future and a timer (~6% of the gateway's CPU per request,
-    bench/PROFILE.md); here a request costs one dict write. The sweep closes, within
-    `IDLE_SWEEP_S` after its limit, a connection that has waited `idle_timeout_s` for its next
-    request's headers (slow headers included), or `body_timeout_s` for a request's headers and
-    body to arrive. A request whose body is in is never cut, however long its answer takes."""
-
-    IDLE_SWEEP_S = 5.0
-
-    def initialize(self, *args, idle_timeout_s: float = 75.0, body_timeout_s: float = 300.0,  # type: ignore[override]
-                   **kwargs) -> None:
-        super().initialize(*args, **kwargs)
-        self.conn_params.header_timeout = None  # tornado puts 3600 s there when given no idle limit
-        self.idle_timeout_s = idle_timeout_s
-        self.body_timeout_s = body_timeout_s
-        # server connection -> (its current request connection, when it started waiting for it)
-        self._waiting: dict = {}
-        self._idle_sweep = tornado.ioloop.PeriodicCallback(self.close_idle, self.IDLE_SWEEP_S * 1000)
-        self._idle_sweep.start()
-
-    def handle_stream(self, stream, address) -> None:
-        keep_nodelay(stream)
-        super().handle_stream(stream, address)
-
-    def start_request(self, server_conn, request_conn):
-        # called when a connection starts waiting for its next request, before any byte of it
-        self._waiting[server_conn] = (request_conn, time.monotonic())
-        return super().start_request(server_conn, request_conn)
-
-    def on_close(self, server_conn) -> None:
-        self._waiting.pop(server_conn, None)
-        super().on_close(server_conn)
-
-    def close_idle(self) -> int:
-        """Close connections idle or slow past their limit; returns how many."""
-        now, closed = time.monotonic(), 0
-        for server_conn, (request_conn, since) in list(self._waiting.items()):
-            # tornado sets the start line once the headers are in, and _read_finished once the
-            # body is (then the request is the handler's, for as long as it takes)
-            if request_conn._request_start_line is None:
-                limit = self.idle_timeout_s
-            elif not request_conn._read_finished:
-                limit = self.body_timeout_s
-            else:
-                continue
-            if now - since >= limit:
-                server_conn.stream.close()
-                closed += 1
-        return closed
-
-    def stop(self) -> None:
-        self._idle_sweep.stop()
-        super().stop()
 
 
 def use_uvloop() -> None:
@@ -100,12 +41,11 @@ async def start_node(settings: Settings, providers: dict, sockets, client=None):
     """Start one node on already-bound sockets; returns (ctx, server)."""
     ctx = Context(settings, providers, client=client)
     await ctx.start()
-    server = GatewayHTTPServer(make_app(ctx), max_body_size=1 << 40,  # handlers enforce the limit with a 413
-                               # Tornado drops a request whose headers pass 64 KB without a word;
-                               # up to 1 MB the handler answers it (a huge key is a 401)
-                               max_header_size=1 << 20,
-                               idle_timeout_s=75, body_timeout_s=300)
-    server.add_sockets(sockets)
+    server = HTTP1Server(make_app(ctx), max_body_size=1 << 40,  # handlers enforce the limit with a 413
+                         # a request whose headers pass 1 MB is dropped without a word; below
+                         # that the handler answers it (a huge key is a 401)
+                         max_header_size=1 << 20, idle_timeout_s=75, body_timeout_s=300)
+    await server.listen(sockets)
     return ctx, server
 
 

@@ -1,0 +1,282 @@
+"""The gateway's HTTP/1.1 layer (upgate/http1.py) over real sockets, with a small Tornado app:
+framing in and out, keep-alive rules, pipelining, back-pressure, disconnects."""
+
+import asyncio
+import hashlib
+import socket
+import time
+
+import pytest
+import tornado.netutil
+import tornado.web
+
+from tests.gateway import LoopThread
+from upgate.http1 import HTTP1Server
+
+pytestmark = pytest.mark.timeout(60)
+
+EVENTS: list = []
+
+
+@tornado.web.stream_request_body
+class Echo(tornado.web.RequestHandler):
+    """Answers with the body's length and sha256."""
+
+    def prepare(self):
+        self.h, self.n = hashlib.sha256(), 0
+        if self.request.headers.get("X-Refuse"):
+            self.set_status(413)
+            self.finish("refused")
+
+    def data_received(self, chunk):
+        self.h.update(chunk)
+        self.n += len(chunk)
+
+    def post(self):
+        self.finish(f"{self.n} {self.h.hexdigest()}")
+
+    def get(self):
+        self.finish("hello")
+
+
+class Firehose(tornado.web.RequestHandler):
+    """Writes 64 KB pieces for as long as each flush returns; records how far it got."""
+
+    async def get(self):
+        sent = 0
+        try:
+            while sent < 512 << 20:
+                self.write(b"x" * 65536)
+                await self.flush()
+                sent += 65536
+                EVENTS.append(("sent", sent))
+        except tornado.iostream.StreamClosedError:
+            EVENTS.append(("closed", sent))
+
+    def on_connection_close(self):
+        EVENTS.append(("on_connection_close", None))
+
+
+class Slow(tornado.web.RequestHandler):
+    async def get(self):
+        await asyncio.sleep(5)
+        self.finish("late")
+
+    def on_connection_close(self):
+        EVENTS.append(("slow closed", None))
+
+
+@pytest.fixture()
+def server():
+    EVENTS.clear()
+    thread = LoopThread("http1-test")
+    sockets = tornado.netutil.bind_sockets(0, "127.0.0.1")
+    app = tornado.web.Application([("/echo", Echo), ("/firehose", Firehose), ("/slow", Slow)])
+
+    async def start():
+        srv = HTTP1Server(app, max_header_size=4096, max_body_size=1 << 20)
+        await srv.listen(sockets)
+        return srv
+    srv = thread.run(start())
+    srv.port = sockets[0].getsockname()[1]
+    srv.thread = thread
+    yield srv
+
+    async def stop():
+        srv.stop()
+        await srv.close_all_connections()
+    thread.run(stop())
+    thread.close()
+
+
+def connect(srv) -> socket.socket:
+    sock = socket.create_connection(("127.0.0.1", srv.port), timeout=5)
+    return sock
+
+
+def read_response(sock, buf: bytearray) -> tuple[bytes, dict, bytes]:
+    """One response off `sock` (Content-Length or chunked); leftovers stay in buf."""
+    while b"\r\n\r\n" not in buf:
+        chunk = sock.recv(65536)
+        if not chunk:
+            raise EOFError(bytes(buf))
+        buf += chunk
+    head, _, rest = bytes(buf).partition(b"\r\n\r\n")
+    buf[:] = rest
+    status, *lines = head.decode("latin1").split("\r\n")
+    headers = {k.lower(): v for k, v in (line.split(": ", 1) for line in lines)}
+    body = b""
+    if "content-length" in headers:
+        n = int(headers["content-length"])
+        while len(buf) < n:
+            buf += sock.recv(65536)
+        body, buf[:] = bytes(buf[:n]), buf[n:]
+    elif headers.get("transfer-encoding") == "chunked":
+        while True:
+            while b"\r\n" not in buf:
+                buf += sock.recv(65536)
+            size_line, _, rest = bytes(buf).partition(b"\r\n")
+            size = int(size_line, 16)
+            while len(rest) < size + 2:
+                rest += sock.recv(65536)
+            body += rest[:size]
+            buf[:] = rest[size + 2:]
+            if size == 0:
+                break
+    return status.encode(), headers, body
+
+
+def closed(sock) -> bool:
+    sock.settimeout(3)
+    try:
+        while True:
+            if sock.recv(65536) == b"":
+                return True
+    except ConnectionResetError:
+        return True
+    except TimeoutError:
+        return False
+
+
+def digest(body: bytes) -> bytes:
+    return f"{len(body)} {hashlib.sha256(body).hexdigest()}".encode()
+
+
+def test_pipelined_requests_are_answered_in_order_on_one_connection(server):
+    sock, buf = connect(server), bytearray()
+    body = b'{"a": 1}'
+    sock.sendall(b"GET /echo HTTP/1.1\r\nHost: x\r\n\r\n"
+                 + b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+                 + b"GET /echo HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert read_response(sock, buf)[2] == b"hello"
+    assert read_response(sock, buf)[2] == digest(body)
+    status, headers, out = read_response(sock, buf)
+    assert (status, out) == (b"HTTP/1.1 200 OK", b"hello")
+    assert "connection" not in headers  # kept alive
+
+
+def test_headers_and_body_a_byte_at_a_time(server):
+    sock, buf = connect(server), bytearray()
+    body = b"0123456789" * 30
+    raw = b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 300\r\n\r\n" + body
+    for i in range(len(raw)):
+        sock.send(raw[i:i + 1])
+    assert read_response(sock, buf)[2] == digest(body)
+
+
+def test_chunked_request_body_is_reassembled(server):
+    sock, buf = connect(server), bytearray()
+    body = bytes(range(256)) * 700  # 179,200 bytes: pieces above the 64 KB hand-over size
+    chunks = [body[i:i + 50_000] for i in range(0, len(body), 50_000)]
+    raw = b"".join(b"%x\r\n%s\r\n" % (len(c), c) for c in chunks) + b"0\r\n\r\n"
+    sock.sendall(b"POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n" + raw)
+    assert read_response(sock, buf)[2] == digest(body)
+    sock.sendall(b"GET /echo HTTP/1.1\r\nHost: x\r\n\r\n")  # and the connection is still good
+    assert read_response(sock, buf)[2] == b"hello"
+
+
+@pytest.mark.parametrize("raw", [
+    b"POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nab\r\n0\r\n\r\n",
+    b"POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nabXX0\r\n\r\n",
+    b"POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n0\r\n\r\n",
+    b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 5, 6\r\n\r\nabcde",
+    b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 2000000\r\n\r\n",  # over max_body_size
+    b"POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\n",
+    b"GET /echo HTTP/1.1\r\n\r\n",  # no Host
+    b"GET /echo\r\nHost: x\r\n\r\n",
+    b"GET /echo HTTP/1.1\r\nno colon here\r\n\r\n",
+    b"\r\n\r\n",
+])
+def test_malformed_framing_gets_a_bare_400_and_the_connection_closes(server, raw):
+    sock = connect(server)
+    sock.sendall(raw)
+    sock.settimeout(5)
+    assert sock.recv(65536).startswith(b"HTTP/1.1 400 Bad Request\r\n")
+    assert closed(sock)
+
+
+def test_a_header_block_over_the_limit_is_dropped(server):
+    sock = connect(server)
+    sock.sendall(b"GET /echo HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 5000)
+    assert closed(sock)
+
+
+def test_expect_100_continue(server):
+    sock, buf = connect(server), bytearray()
+    sock.sendall(b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\nExpect: 100-continue\r\n\r\n")
+    sock.settimeout(5)
+    assert sock.recv(65536) == b"HTTP/1.1 100 (Continue)\r\n\r\n"
+    sock.sendall(b"abc")
+    assert read_response(sock, buf)[2] == digest(b"abc")
+
+
+def test_http10_closes_unless_keep_alive_is_asked(server):
+    sock, buf = connect(server), bytearray()
+    sock.sendall(b"GET /echo HTTP/1.0\r\n\r\n")
+    assert read_response(sock, buf)[2] == b"hello"
+    assert closed(sock)
+    sock, buf = connect(server), bytearray()
+    sock.sendall(b"GET /echo HTTP/1.0\r\nConnection: keep-alive\r\n\r\n")
+    status, headers, body = read_response(sock, buf)
+    assert headers["connection"] == "Keep-Alive" and body == b"hello"
+    sock.sendall(b"GET /echo HTTP/1.0\r\nConnection: keep-alive\r\n\r\n")
+    assert read_response(sock, buf)[2] == b"hello"
+
+
+def test_connection_close_is_honoured(server):
+    sock, buf = connect(server), bytearray()
+    sock.sendall(b"GET /echo HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    status, headers, body = read_response(sock, buf)
+    assert headers["connection"] == "close" and body == b"hello"
+    assert closed(sock)
+
+
+def test_an_answer_before_the_body_is_read_closes_the_connection(server):
+    sock, buf = connect(server), bytearray()
+    sock.sendall(b"POST /echo HTTP/1.1\r\nHost: x\r\nX-Refuse: 1\r\nContent-Length: 100000\r\n\r\nabc")
+    status, headers, body = read_response(sock, buf)
+    assert status == b"HTTP/1.1 413 Request Entity Too Large" and headers["connection"] == "close"
+    assert closed(sock)
+
+
+def test_a_client_that_stops_reading_holds_the_writer_back(server):
+    sock = connect(server)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
+    sock.sendall(b"GET /firehose HTTP/1.1\r\nHost: x\r\n\r\n")
+    time.sleep(1.0)
+    sent = [n for what, n in EVENTS if what == "sent"]
+    assert sent and sent[-1] < 64 << 20  # held by the full socket, not buffered without end
+    sock.close()
+    deadline = time.monotonic() + 5
+    while not any(what == "closed" for what, _ in EVENTS) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert ("on_connection_close", None) in EVENTS
+    assert any(what == "closed" for what, _ in EVENTS)  # its next flush raised StreamClosedError
+
+
+def test_a_client_that_leaves_mid_request_is_heard(server):
+    sock = connect(server)
+    sock.sendall(b"GET /slow HTTP/1.1\r\nHost: x\r\n\r\n")
+    time.sleep(0.3)
+    sock.close()
+    deadline = time.monotonic() + 3
+    while ("slow closed", None) not in EVENTS and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert ("slow closed", None) in EVENTS
+
+
+def test_accepted_connections_have_nodelay_and_close_all_closes_them(server):
+    socks = [connect(server) for _ in range(3)]
+    for s in socks:
+        s.sendall(b"GET /echo HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert read_response(s, bytearray())[2] == b"hello"
+
+    async def check():
+        conns = list(server.connections)
+        flags = [c.transport.get_extra_info("socket").getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
+                 for c in conns]
+        await server.close_all_connections()
+        return flags, len(server.connections)
+    flags, left = server.thread.run(check())
+    assert len(flags) == 3 and all(flags) and left == 0
+    assert all(closed(s) for s in socks)

@@ -1,0 +1,523 @@
+"""HTTP/1.1 for the gateway's clients: Tornado's Application served from an asyncio Protocol.
+
+Tornado's own HTTP1Connection reads every request through IOStream futures and coroutines
+(header read, body read, a close listener armed and disarmed with two epoll_ctl calls, a
+write future per response) and cost ~30% of the gateway's CPU per request (bench/PROFILE.md).
+Here the event loop hands bytes straight to `data_received`, a request is framed in place,
+and a response is one `transport.write`. What is Tornado's stays Tornado's: the start line
+and header parsers, the body-framing rules (Content-Length, chunked, Expect: 100-continue,
+keep-alive by version), and the Application, routing and RequestHandler on top, which see
+the same `HTTPConnection` interface as before.
+
+A connection reads one request at a time, in order: bytes of a pipelined next request wait in
+the buffer until the current response is finished. A write returns a done future unless the
+transport's buffer is over its high-water mark (a client not reading), so a streaming handler
+that awaits its flush is held back only by a slow client.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import socket
+import time
+
+import tornado.ioloop
+from tornado import httputil
+from tornado.http1connection import is_transfer_encoding_chunked, parse_hex_int, parse_int
+from tornado.iostream import StreamClosedError
+from tornado.log import app_log
+
+log = logging.getLogger("upgate")
+
+_HEAD_END = re.compile(rb"\r?\n\r?\n")  # what Tornado accepts as the end of a header block
+_CONTINUE = b"HTTP/1.1 100 (Continue)\r\n\r\n"
+_BAD_REQUEST = b"HTTP/1.1 400 Bad Request\r\n\r\n"
+_CHUNK = 65536  # largest body piece handed to a handler at once
+_CHUNK_LINE = 64  # longest chunk-size line (Tornado's limit)
+_PIPELINE_MAX = 1 << 20  # buffered bytes of later requests before reading pauses
+_BACKLOG = 1024
+
+# reading states of a request
+_HEAD, _PREPARING, _BODY, _CHUNK_SIZE, _CHUNK_DATA, _CHUNK_END, _LAST_CRLF, _READ = range(8)
+
+
+class HTTP1Server:
+    """Accepts connections on bound sockets and serves `delegate` (a Tornado Application).
+
+    Idle and slow connections are closed by a sweep every `IDLE_SWEEP_S`, not by a timer per
+    request: a connection that has waited `idle_timeout_s` for its next request's headers (slow
+    headers included), or `body_timeout_s` for a request's headers and body. A request whose
+    body is in is never cut, however long its answer takes."""
+
+    IDLE_SWEEP_S = 5.0
+
+    def __init__(self, delegate: httputil.HTTPServerConnectionDelegate, *, max_header_size: int = 65536,
+                 max_body_size: int = 100 << 20, idle_timeout_s: float = 75.0,
+                 body_timeout_s: float = 300.0) -> None:
+        self.delegate = delegate
+        self.max_header_size = max_header_size
+        self.max_body_size = max_body_size
+        self.idle_timeout_s = idle_timeout_s
+        self.body_timeout_s = body_timeout_s
+        self.connections: set[Connection] = set()
+        self._listeners: list[asyncio.AbstractServer] = []
+        self._sweep: tornado.ioloop.PeriodicCallback | None = None
+        self._all_closed: asyncio.Event | None = None
+
+    async def listen(self, sockets) -> None:
+        loop = asyncio.get_running_loop()
+        for sock in sockets:
+            self._listeners.append(await loop.create_server(lambda: Connection(self), sock=sock,
+                                                            backlog=_BACKLOG))
+        self._sweep = tornado.ioloop.PeriodicCallback(self.close_idle, self.IDLE_SWEEP_S * 1000)
+        self._sweep.start()
+
+    def close_idle(self) -> int:
+        """Close connections idle or slow past their limit; returns how many."""
+        now, closed = time.monotonic(), 0
+        for conn in list(self.connections):
+            req = conn.request
+            if req is None or req.state == _HEAD:
+                limit = self.idle_timeout_s
+            elif req.state != _READ:
+                limit = self.body_timeout_s
+            else:
+                continue
+            if now - conn.since >= limit:
+                conn.transport.close()
+                closed += 1
+        return closed
+
+    def stop(self) -> None:
+        """Stop accepting; open connections keep being served."""
+        if self._sweep is not None:
+            self._sweep.stop()
+        for listener in self._listeners:
+            listener.close()
+        self._listeners = []
+
+    async def close_all_connections(self, grace_s: float = 1.0) -> None:
+        """Close every connection: what is already written is flushed for up to `grace_s`."""
+        if not self.connections:
+            return
+        self._all_closed = asyncio.Event()
+        for conn in list(self.connections):
+            conn.transport.close()
+        try:
+            await asyncio.wait_for(self._all_closed.wait(), grace_s)
+        except asyncio.TimeoutError:
+            for conn in list(self.connections):  # a client that does not read: drop its bytes
+                conn.transport.abort()
+            await self._all_closed.wait()
+
+    def _lost(self, conn: Connection) -> None:
+        self.connections.discard(conn)
+        if not self.connections and self._all_closed is not None:
+            self._all_closed.set()
+
+
+class _Context:
+    """What Tornado's HTTPServerRequest reads from `connection.context`."""
+
+    __slots__ = ("remote_ip", "protocol", "address")
+
+    def __init__(self, address) -> None:
+        self.address = address
+        self.remote_ip = address[0] if isinstance(address, tuple) else "0.0.0.0"
+        self.protocol = "http"
+
+    def __str__(self) -> str:
+        return self.remote_ip
+
+
+class Connection(asyncio.Protocol):
+    """One client connection. Reads requests in order and frames their bodies; `Request` is
+    the HTTPConnection that Tornado's handler writes its response through."""
+
+    def __init__(self, server: HTTP1Server) -> None:
+        self.server = server
+        self.transport: asyncio.Transport = None  # type: ignore[assignment]
+        self.context: _Context | None = None
+        self.buf = bytearray()
+        self.request: Request | None = None  # the request being read or answered
+        self.since = time.monotonic()  # when it began waiting for the current request
+        self.closed = False
+        self._scanned = 0  # bytes of buf already searched for the end of the header block
+        self._reading = True
+        self._drain: asyncio.Future | None = None  # pending while the transport's buffer is full
+        self._done: asyncio.Future | None = None  # the future every unblocked write returns
+
+    # ---- transport events
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+        self.context = _Context(transport.get_extra_info("peername"))
+        sock = transport.get_extra_info("socket")
+        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+            # small SSE writes leave at once, never behind a delayed ACK (~40 ms otherwise)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._done = asyncio.get_running_loop().create_future()
+        self._done.set_result(None)
+        self.server.connections.add(self)
+
+    def data_received(self, data: bytes) -> None:
+        self.buf += data
+        self._advance()
+
+    def eof_received(self) -> bool:
+        return False  # a client that half-closes is gone, as Tornado treats it: close
+
+    def connection_lost(self, exc) -> None:
+        self.closed = True
+        self.server._lost(self)
+        if self._drain is not None and not self._drain.done():
+            self._drain.set_exception(StreamClosedError())
+            self._drain.exception()  # retrieved: nobody may be waiting on it
+        req = self.request
+        if req is not None:
+            req.lost()
+
+    def pause_writing(self) -> None:
+        if self._drain is None or self._drain.done():
+            self._drain = asyncio.get_running_loop().create_future()
+
+    def resume_writing(self) -> None:
+        if self._drain is not None and not self._drain.done():
+            self._drain.set_result(None)
+        self._advance_soon()
+
+    # ---- writing
+    def send(self, data: bytes) -> asyncio.Future:
+        if self.closed or self.transport.is_closing():
+            fut = asyncio.get_running_loop().create_future()
+            fut.set_exception(StreamClosedError())
+            fut.exception()
+            return fut
+        self.transport.write(data)
+        drain = self._drain
+        return drain if drain is not None and not drain.done() else self._done  # type: ignore[return-value]
+
+    def bad_request(self) -> None:
+        """Malformed framing: a bare 400 unless a response was already begun, then close."""
+        req = self.request
+        if not self.transport.is_closing() and (req is None or not req.began):
+            self.transport.write(_BAD_REQUEST)
+        self.transport.close()
+
+    # ---- reading
+    def _advance_soon(self) -> None:
+        if self.buf and not self.closed:
+            asyncio.get_running_loop().call_soon(self._advance)
+
+    def _advance(self) -> None:
+        """Consume buffered bytes for as long as the current request can take them."""
+        try:
+            while not self.closed and not self.transport.is_closing():
+                req = self.request
+                if req is None:
+                    if not self._begin():
+                        return
+                elif not req.consume():
+                    return
+        except httputil.HTTPInputError:
+            log.debug("malformed request from %s: closed", self.context)
+            self.bad_request()
+            req = self.request
+            if req is not None and req.state not in (_HEAD, _PREPARING):
+                req.lost()  # a handler is reading this body: it hears the connection go
+
+    def _begin(self) -> bool:
+        """Start the next request once its whole header block is in."""
+        buf, limit = self.buf, self.server.max_header_size
+        # headers may come a few bytes at a time: search only what is new (and 3 bytes back)
+        m = _HEAD_END.search(buf, max(0, self._scanned - 3), limit)
+        if m is None:
+            if len(buf) > limit:
+                self.transport.close()  # what Tornado does with an oversized header block
+            self._scanned = len(buf)
+            return False
+        self._scanned = 0
+        end = m.end()
+        text = buf[:end].decode("latin1").lstrip("\r\n")
+        del buf[:end]
+        eol = text.find("\n")
+        start_line = httputil.parse_request_start_line(text[:eol].rstrip("\r"))
+        headers = httputil.HTTPHeaders.parse(text[eol:])
+        req = self.request = Request(self, start_line, headers)
+        delegate = req.delegate = self.server.delegate.start_request(self, req)
+        req.state = _PREPARING
+        try:
+            prepared = req.call(delegate.headers_received, start_line, headers)
+        except httputil.HTTPInputError:
+            req._told_lost = True  # refused before any handler existed: nobody to tell
+            raise
+        if prepared is _FAILED:
+            return False
+        if prepared is not None and not prepared.done():
+            prepared.add_done_callback(req.prepared)
+            return False
+        req.prepared()
+        return True
+
+    def request_done(self, req: Request) -> None:
+        """The response is finished: close, or take the next request."""
+        if req is not self.request:
+            return
+        if req.disconnect:
+            self.transport.close()
+            return
+        self.request = None
+        self.since = time.monotonic()
+        if not self._reading:
+            self._reading = True
+            self.transport.resume_reading()
+        self._advance_soon()
+
+    def hold_reading(self) -> None:
+        """A request is being answered and later bytes pile up: stop reading until it is done."""
+        if self._reading and len(self.buf) > _PIPELINE_MAX:
+            self._reading = False
+            self.transport.pause_reading()
+
+
+_FAILED = object()
+
+
+class Request(httputil.HTTPConnection):
+    """One request on a Connection: its body framing on the way in, its response on the way out
+    (Tornado's HTTPConnection interface: write_headers, write, finish, set_close_callback)."""
+
+    def __init__(self, conn: Connection, start_line: httputil.RequestStartLine,
+                 headers: httputil.HTTPHeaders) -> None:
+        self.conn = conn
+        self.context = conn.context
+        self.start_line = start_line
+        self.headers = headers
+        self.delegate: httputil.HTTPMessageDelegate | None = None
+        self.state = _HEAD
+        self.remaining_in = 0  # body bytes still to read (fixed length, or of the current chunk)
+        self.total_in = 0
+        self.disconnect = not _keep_alive(start_line, headers)
+        self.began = False  # response headers written
+        self.write_finished = False
+        self._told_lost = False
+        self.chunking = False
+        self.remaining_out: int | None = None  # response bytes Content-Length still allows
+        self._close_callback = None
+
+    # ---- reading (driven by Connection._advance)
+    def call(self, fn, *args):
+        try:
+            return fn(*args)
+        except httputil.HTTPInputError:
+            raise  # the request is malformed (e.g. no Host): a bare 400, as Tornado answers
+        except Exception:
+            app_log.error("Uncaught exception", exc_info=True)
+            self.conn.transport.close()
+            return _FAILED
+
+    def prepared(self, _future=None) -> None:
+        """The handler's prepare() is done: frame the body (Tornado's rules and order)."""
+        conn = self.conn
+        if conn.closed or conn.transport.is_closing() or self.state != _PREPARING:
+            return
+        headers = self.headers
+        try:
+            if headers.get("Expect") == "100-continue" and not self.write_finished:
+                conn.transport.write(_CONTINUE)
+            length = None
+            if "Content-Length" in headers:
+                value = headers["Content-Length"]
+                if "," in value:  # a proxy may repeat it: fine only if all copies agree
+                    pieces = re.split(r",[ \t]*", value)
+                    if any(p != pieces[0] for p in pieces):
+                        raise httputil.HTTPInputError("Multiple unequal Content-Lengths")
+                    value = headers["Content-Length"] = pieces[0]
+                try:
+                    length = parse_int(value)
+                except ValueError:
+                    raise httputil.HTTPInputError("Only integer Content-Length is allowed") from None
+                if length > conn.server.max_body_size:
+                    raise httputil.HTTPInputError("Content-Length too long")
+            if is_transfer_encoding_chunked(headers):
+                self.state = _CHUNK_SIZE
+            elif length:
+                self.state, self.remaining_in = _BODY, length
+            else:
+                self._end_body()
+        except httputil.HTTPInputError:
+            conn.bad_request()
+            self.lost()
+            return
+        if _future is not None:  # resumed from a callback: carry on with what is buffered
+            conn._advance()
+
+    def consume(self) -> bool:
+        """Take what the buffer holds; False when more bytes (or the response) are needed."""
+        state, buf = self.state, self.conn.buf
+        if state == _READ or state == _PREPARING:
+            if state == _READ:
+                self.conn.hold_reading()
+            return False
+        if state == _BODY or state == _CHUNK_DATA:
+            n = min(len(buf), self.remaining_in, _CHUNK)
+            if not n:
+                return False
+            if n == len(buf):
+                piece = bytes(buf)
+                buf.clear()
+            else:
+                piece = bytes(buf[:n])
+                del buf[:n]
+            self.remaining_in -= n
+            if not self.remaining_in:
+                if state == _BODY:
+                    self._end_body()
+                else:
+                    self.state = _CHUNK_END
+            self._deliver(piece)
+            return True
+        if state == _CHUNK_SIZE:
+            eol = buf.find(b"\r\n", 0, _CHUNK_LINE)
+            if eol < 0:
+                if len(buf) >= _CHUNK_LINE:
+                    raise httputil.HTTPInputError("chunk size line too long")
+                return False
+            try:
+                size = parse_hex_int(buf[:eol].decode("latin1"))
+            except ValueError:
+                raise httputil.HTTPInputError("invalid chunk size") from None
+            del buf[:eol + 2]
+            if size == 0:
+                self.state = _LAST_CRLF
+                return True
+            self.total_in += size
+            if self.total_in > self.conn.server.max_body_size:
+                raise httputil.HTTPInputError("chunked body too large")
+            self.state, self.remaining_in = _CHUNK_DATA, size
+            return True
+        # _CHUNK_END or _LAST_CRLF: the CRLF after a chunk's data, or after the last chunk
+        if len(buf) < 2:
+            return False
+        if buf[:2] != b"\r\n":
+            raise httputil.HTTPInputError("improperly terminated chunked request")
+        del buf[:2]
+        if state == _LAST_CRLF:
+            self._end_body()
+        else:
+            self.state = _CHUNK_SIZE
+        return True
+
+    def _deliver(self, piece: bytes) -> None:
+        if self.write_finished:  # answered early: the rest of the body is dropped
+            return
+        ret = self.call(self.delegate.data_received, piece)
+        if ret is not None and ret is not _FAILED and not ret.done():
+            # a handler that applies back-pressure: read no further until it is ready
+            saved, self.state = self.state, _PREPARING
+
+            def resume(_f) -> None:
+                if self.state == _PREPARING:
+                    self.state = saved
+                    self.conn._advance()
+            ret.add_done_callback(resume)
+
+    def _end_body(self) -> None:
+        self.state = _READ
+        if not self.write_finished:
+            self.call(self.delegate.finish)
+
+    def lost(self) -> None:
+        """The connection closed under this request."""
+        if self.write_finished or self._told_lost:
+            return
+        self._told_lost = True
+        if self.state != _READ:  # still reading: the delegate hears it (Tornado's order)
+            if self.delegate is not None and self.state != _HEAD:
+                self.call(self.delegate.on_connection_close)
+            return
+        callback, self._close_callback = self._close_callback, None
+        if callback is not None:
+            callback()
+
+    # ---- HTTPConnection: the response
+    def set_close_callback(self, callback) -> None:
+        self._close_callback = callback
+
+    def set_body_timeout(self, timeout: float) -> None:
+        pass  # the server's sweep bounds every body
+
+    def set_max_body_size(self, max_body_size: int) -> None:
+        pass  # the handlers enforce the body limit themselves, with the spec's 413
+
+    def write_headers(self, start_line, headers, chunk=None) -> asyncio.Future:
+        req_line = self.start_line
+        code = start_line.code
+        v11 = req_line.version == "HTTP/1.1"
+        if self.state != _READ:
+            # answered before the whole body is in: the connection closes after this response
+            # (the only way not to read the rest), and the client is told so
+            self.disconnect = True
+        self.chunking = (v11 and req_line.method != "HEAD" and code not in (204, 304)
+                         and not 100 <= code < 200 and "Content-Length" not in headers)
+        if v11 and self.disconnect:
+            headers["Connection"] = "close"
+        elif req_line.version == "HTTP/1.0" and self.headers.get("Connection", "").lower() == "keep-alive":
+            headers["Connection"] = "Keep-Alive"
+        if self.chunking:
+            headers["Transfer-Encoding"] = "chunked"
+        if req_line.method == "HEAD" or code == 304:
+            self.remaining_out = 0
+        elif "Content-Length" in headers:
+            self.remaining_out = parse_int(headers["Content-Length"])
+        else:
+            self.remaining_out = None
+        lines = [f"HTTP/1.1 {code} {start_line.reason}"]
+        lines.extend([f"{name}: {value}" for name, value in headers.get_all()])
+        head = "\r\n".join(lines)
+        if head.count("\n") != len(lines) - 1 or head.count("\r") != len(lines) - 1:
+            raise ValueError("Illegal characters (CR or LF) in header")
+        self.began = True
+        data = (head + "\r\n\r\n").encode("latin1")
+        if chunk:
+            data += self._frame(chunk)
+        return self.conn.send(data)
+
+    def write(self, chunk: bytes) -> asyncio.Future:
+        return self.conn.send(self._frame(chunk))
+
+    def _frame(self, chunk: bytes) -> bytes:
+        if self.remaining_out is not None:
+            self.remaining_out -= len(chunk)
+            if self.remaining_out < 0:
+                self.conn.transport.close()  # stop a framing error from going further
+                raise httputil.HTTPOutputError("Tried to write more data than Content-Length")
+        if self.chunking and chunk:
+            return b"%x\r\n%b\r\n" % (len(chunk), chunk)
+        return chunk
+
+    def finish(self) -> None:
+        conn = self.conn
+        if self.remaining_out and not conn.closed:
+            conn.transport.close()
+            raise httputil.HTTPOutputError(
+                f"Tried to write {self.remaining_out} bytes less than Content-Length")
+        if self.chunking:
+            conn.send(b"0\r\n\r\n")
+        self.write_finished = True
+        self._close_callback = None
+        if self.state != _READ:
+            # answered before the whole body was read: closing is the only way not to read it
+            self.disconnect = True
+        conn.request_done(self)
+
+
+def _keep_alive(start_line: httputil.RequestStartLine, headers: httputil.HTTPHeaders) -> bool:
+    connection = headers.get("Connection")
+    if connection is not None:
+        connection = connection.lower()
+    if start_line.version == "HTTP/1.1":
+        return connection != "close"
+    if "Content-Length" in headers or "Transfer-Encoding" in headers or start_line.method in ("HEAD", "GET"):
+        return connection == "keep-alive"
+    return False
