@@ -37,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.ab:
             from bench import ab
 
-            return ab.run(args.ab, args.rounds, pin=not args.no_pin, accounts=200)
+            return ab.run(args.ab, args.rounds, pin=not args.no_pin, accounts=args.accounts)
         if args.profile:
             from bench import profile
 
@@ -115,9 +115,8 @@ def notes(r: dict, plan) -> list[str]:
     if fresh and reused and reused["p50"] - fresh["p50"] > 10:
         out.append(f"Streams on a kept-alive client connection (what the openai SDK's pool does) get "
                    f"their first event {reused['p50'] - fresh['p50']:.0f} ms later than on a new one: "
-                   "the signature of a Nagle / delayed-ACK stall. Tornado turns Nagle back on after "
-                   "every response; upgate/nodelay.py is what keeps TCP_NODELAY on, in the gateway "
-                   "and in the mock.")
+                   "the signature of a Nagle / delayed-ACK stall: upgate/http1.py sets TCP_NODELAY "
+                   "on every accepted connection, in the gateway and in the mock.")
     ramp = r.get("ramp", {})
     for n, lv in ramp.get("levels", {}).items():
         g, d = lv["gateway"], lv["direct"]

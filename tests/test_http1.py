@@ -39,6 +39,22 @@ class Echo(tornado.web.RequestHandler):
         self.finish("hello")
 
 
+class Buffered(tornado.web.RequestHandler):
+    """No stream_request_body: Tornado hands the whole body over at once."""
+
+    def post(self):
+        self.finish(digest(self.request.body))
+
+
+@tornado.web.stream_request_body
+class Sluggish(Echo):
+    """A data_received that takes its time (back-pressure): the body still arrives whole."""
+
+    async def data_received(self, chunk):
+        await asyncio.sleep(0.01)
+        super().data_received(chunk)
+
+
 class Firehose(tornado.web.RequestHandler):
     """Writes 64 KB pieces for as long as each flush returns; records how far it got."""
 
@@ -71,7 +87,8 @@ def server():
     EVENTS.clear()
     thread = LoopThread("http1-test")
     sockets = tornado.netutil.bind_sockets(0, "127.0.0.1")
-    app = tornado.web.Application([("/echo", Echo), ("/firehose", Firehose), ("/slow", Slow)])
+    app = tornado.web.Application([("/echo", Echo), ("/buffered", Buffered), ("/sluggish", Sluggish),
+                                   ("/firehose", Firehose), ("/slow", Slow)])
 
     async def start():
         srv = HTTP1Server(app, max_header_size=4096, max_body_size=1 << 20)
@@ -153,6 +170,22 @@ def test_pipelined_requests_are_answered_in_order_on_one_connection(server):
     status, headers, out = read_response(sock, buf)
     assert (status, out) == (b"HTTP/1.1 200 OK", b"hello")
     assert "connection" not in headers  # kept alive
+
+
+@pytest.mark.parametrize("path", [b"/buffered", b"/sluggish"])
+@pytest.mark.parametrize("chunked", [False, True])
+def test_handlers_that_buffer_or_hold_back_get_the_whole_body(server, path, chunked):
+    sock, buf = connect(server), bytearray()
+    body = bytes(range(256)) * 500
+    if chunked:
+        framed = b"".join(b"%x\r\n%s\r\n" % (len(body[i:i + 30_000]), body[i:i + 30_000])
+                          for i in range(0, len(body), 30_000)) + b"0\r\n\r\n"
+        head = b"Transfer-Encoding: chunked"
+    else:
+        framed, head = body, b"Content-Length: %d" % len(body)
+    for _ in range(2):  # and the connection carries on to the next request
+        sock.sendall(b"POST %s HTTP/1.1\r\nHost: x\r\n%s\r\n\r\n%s" % (path, head, framed))
+        assert read_response(sock, buf)[2] == digest(body)
 
 
 def test_headers_and_body_a_byte_at_a_time(server):

@@ -68,10 +68,13 @@ class HTTP1Server:
     async def listen(self, sockets) -> None:
         loop = asyncio.get_running_loop()
         for sock in sockets:
-            self._listeners.append(await loop.create_server(lambda: Connection(self), sock=sock,
-                                                            backlog=_BACKLOG))
+            self._listeners.append(await loop.create_server(self.accept, sock=sock, backlog=_BACKLOG))
         self._sweep = tornado.ioloop.PeriodicCallback(self.close_idle, self.IDLE_SWEEP_S * 1000)
         self._sweep.start()
+
+    def accept(self) -> Connection:
+        """The protocol of a newly accepted connection."""
+        return Connection(self)
 
     def close_idle(self) -> int:
         """Close connections idle or slow past their limit; returns how many."""
@@ -187,8 +190,12 @@ class Connection(asyncio.Protocol):
         self._advance_soon()
 
     # ---- writing
+    def gone(self) -> bool:
+        """Closed, or closing: nothing more can be written."""
+        return self.closed or self.transport.is_closing()
+
     def send(self, data: bytes) -> asyncio.Future:
-        if self.closed or self.transport.is_closing():
+        if self.gone():
             fut = asyncio.get_running_loop().create_future()
             fut.set_exception(StreamClosedError())
             fut.exception()
@@ -253,9 +260,11 @@ class Connection(asyncio.Protocol):
             raise
         if prepared is _FAILED:
             return False
-        if prepared is not None and not prepared.done():
-            prepared.add_done_callback(req.prepared)
-            return False
+        if prepared is not None:
+            prepared = asyncio.ensure_future(prepared)  # Tornado's is a Future; any awaitable goes
+            if not prepared.done():
+                prepared.add_done_callback(req.prepared)
+                return False
         req.prepared()
         return True
 
@@ -370,12 +379,9 @@ class Request(httputil.HTTPConnection):
                 piece = bytes(buf[:n])
                 del buf[:n]
             self.remaining_in -= n
-            if not self.remaining_in:
-                if state == _BODY:
-                    self._end_body()
-                else:
-                    self.state = _CHUNK_END
             self._deliver(piece)
+            if self.state == state:  # not held back by the handler
+                self._piece_done()
             return True
         if state == _CHUNK_SIZE:
             eol = buf.find(b"\r\n", 0, _CHUNK_LINE)
@@ -412,15 +418,26 @@ class Request(httputil.HTTPConnection):
         if self.write_finished:  # answered early: the rest of the body is dropped
             return
         ret = self.call(self.delegate.data_received, piece)
-        if ret is not None and ret is not _FAILED and not ret.done():
+        if ret is None or ret is _FAILED:
+            return
+        ret = asyncio.ensure_future(ret)  # an async data_received returns a coroutine
+        if not ret.done():
             # a handler that applies back-pressure: read no further until it is ready
             saved, self.state = self.state, _PREPARING
 
             def resume(_f) -> None:
                 if self.state == _PREPARING:
                     self.state = saved
+                    self._piece_done()
                     self.conn._advance()
             ret.add_done_callback(resume)
+
+    def _piece_done(self) -> None:
+        if not self.remaining_in:
+            if self.state == _BODY:
+                self._end_body()
+            else:
+                self.state = _CHUNK_END
 
     def _end_body(self) -> None:
         self.state = _READ
@@ -469,7 +486,7 @@ class Request(httputil.HTTPConnection):
         if req_line.method == "HEAD" or code == 304:
             self.remaining_out = 0
         elif "Content-Length" in headers:
-            self.remaining_out = parse_int(headers["Content-Length"])
+            self.remaining_out = int(headers["Content-Length"])  # RequestHandler set it
         else:
             self.remaining_out = None
         lines = [f"HTTP/1.1 {code} {start_line.reason}"]
@@ -498,7 +515,7 @@ class Request(httputil.HTTPConnection):
 
     def finish(self) -> None:
         conn = self.conn
-        if self.remaining_out and not conn.closed:
+        if self.remaining_out and not conn.gone():
             conn.transport.close()
             raise httputil.HTTPOutputError(
                 f"Tried to write {self.remaining_out} bytes less than Content-Length")

@@ -38,10 +38,9 @@ from typing import Any
 
 import orjson
 from tornado import netutil, web
-from tornado.httpserver import HTTPServer
 from tornado.iostream import StreamClosedError
 
-from upgate.nodelay import keep_nodelay
+from upgate.http1 import HTTP1Server
 
 FAKE_KEY = "sk-mock-SECRET123"
 FAKE_ORG = "org-mockorg"
@@ -97,15 +96,15 @@ def _chars(value: Any) -> int:
     return 0
 
 
-class MockHTTPServer(HTTPServer):
+class MockHTTPServer(HTTP1Server):
     """Counts accepted TCP connections (tests assert keep-alive reuse with it)."""
 
     mock_state: MockState
+    port: int
 
-    def handle_stream(self, stream, address) -> None:
+    def accept(self):
         self.mock_state.connections += 1
-        keep_nodelay(stream)  # every chunk leaves as soon as it is flushed
-        super().handle_stream(stream, address)
+        return super().accept()
 
 
 class _Base(web.RequestHandler):
@@ -304,9 +303,8 @@ class _Generate(_Base):
     def _close(self) -> None:
         """Drop the connection without ending the response (no final chunk, no [DONE])."""
         self.closing_myself = True
-        stream = self.request.connection.stream
-        if not stream.closed():
-            stream.close()  # tornado's automatic finish() then writes nothing
+        self.request.connection.conn.transport.close()  # what was written goes out first;
+        # tornado's automatic finish() then writes nothing
 
 
 class ChatHandler(_Generate):
@@ -486,10 +484,10 @@ async def serve(port: int, host: str = "127.0.0.1") -> MockHTTPServer:
     """Start listening (port 0 picks a free one) and return the server; `server.port` is the
     bound port, `server.mock_state` the counters. The caller keeps the loop running."""
     app = make_app()
-    server = MockHTTPServer(app, idle_connection_timeout=MAX_WAIT_S)
+    server = MockHTTPServer(app, idle_timeout_s=MAX_WAIT_S)
     server.mock_state = app.settings["mock_state"]
     sockets = netutil.bind_sockets(port, host)
-    server.add_sockets(sockets)
+    await server.listen(sockets)
     server.port = sockets[0].getsockname()[1]
     return server
 

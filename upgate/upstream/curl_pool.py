@@ -51,17 +51,28 @@ class CurlPool(CurlAsyncHTTPClient):
         self._connect_timeout_ms = int(connect_timeout_s * 1000)
         self._user_agent = user_agent
         self._queue: deque = deque()  # (call, url, body, header lines) waiting for a handle
+        self._lines: dict[tuple, list[bytes]] = {}  # encoded header lines by headers
         super().initialize(max_clients=min(max_clients, _FIRST_HANDLES))
         self._curls = set(self._curls)  # handles come and go; tornado only iterates them
 
     def start(self, call, url: str, body: bytes, headers: dict[str, str]) -> None:
-        lines = [b"%s: %s" % (k.encode("ascii"), v.encode("latin-1")) for k, v in headers.items()]
-        lines.extend(_FIXED_HEADERS)
-        for line in lines:
-            if b"\r" in line or b"\n" in line:
-                raise ValueError("a header holds a line break")
+        key = tuple(headers.items())  # a provider sends the same few headers every time
+        lines = self._lines.get(key)
+        if lines is None:
+            lines = [b"%s: %s" % (k.encode("ascii"), v.encode("latin-1")) for k, v in key]
+            lines.extend(_FIXED_HEADERS)
+            for line in lines:
+                if b"\r" in line or b"\n" in line:
+                    raise ValueError("a header holds a line break")
+            if len(self._lines) >= 64:
+                self._lines.clear()
+            self._lines[key] = lines
         self._queue.append((call, url, body, lines))
-        self._process_queue()  # adding a handle has libcurl ask for its timer: no kick needed
+        if self._process_queue() and len(self._curls) - len(self._free_list) == 1:
+            # libcurl asks for a 0 ms timer to send a newly added transfer. When it is the only
+            # one, send it now rather than a loop turn later; under load the timer sends all
+            # the transfers added in one loop turn with one call.
+            self._handle_timeout()
 
     def _curl_create(self) -> pycurl.Curl:
         curl = pycurl.Curl()
@@ -86,8 +97,9 @@ class CurlPool(CurlAsyncHTTPClient):
                 pass  # libcurl built without HTTP/2: HTTP/1.1 keep-alive it is
         return curl
 
-    def _process_queue(self) -> None:
-        queue, free = self._queue, self._free_list
+    def _process_queue(self) -> bool:
+        """Hand queued calls to free handles; True if any transfer was added."""
+        queue, free, added = self._queue, self._free_list, False
         while queue:
             call, url, body, lines = queue.popleft()
             if call._cancelled:
@@ -96,7 +108,7 @@ class CurlPool(CurlAsyncHTTPClient):
             if not free:
                 if len(self._curls) >= self._max_handles:
                     queue.appendleft((call, url, body, lines))
-                    return
+                    return added
                 curl = self._curl_create()
                 self._curls.add(curl)
             else:
@@ -109,6 +121,8 @@ class CurlPool(CurlAsyncHTTPClient):
             curl.setopt(pycurl.WRITEFUNCTION, call._on_chunk)
             call._curl = curl
             self._multi.add_handle(curl)
+            added = True
+        return added
 
     def abort(self, curl: pycurl.Curl) -> None:
         """End a transfer now (never from inside one of its own callbacks)."""
@@ -152,6 +166,12 @@ class CurlPool(CurlAsyncHTTPClient):
             self._fds[fd] = want
         else:
             self._fds.pop(fd, None)
+
+    def _handle_timeout(self) -> None:
+        if self._timeout is not None:  # called early: the pending timer would only repeat it
+            self._timeout.cancel()
+            self._timeout = None
+        super()._handle_timeout()
 
     def _set_timeout(self, msecs: int) -> None:
         # libcurl passes -1 to delete its timer; tornado's version schedules a call at once.
