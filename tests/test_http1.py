@@ -9,9 +9,12 @@ import time
 import pytest
 import tornado.netutil
 import tornado.web
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from tornado.httputil import HTTPHeaders, HTTPInputError
 
 from tests.gateway import LoopThread
-from upgate.http1 import HTTP1Server
+from upgate.http1 import HTTP1Server, parse_headers
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -313,3 +316,53 @@ def test_accepted_connections_have_nodelay_and_close_all_closes_them(server):
     flags, left = server.thread.run(check())
     assert len(flags) == 3 and all(flags) and left == 0
     assert all(closed(s) for s in socks)
+
+
+# ---- the header parser against Tornado's
+
+# one character of each class that matters: token, separator, space, tab, controls, DEL, obs-text
+_LINE_CHARS = "a-: \t\x00\x7f\xe9\r;"
+_NAMES = st.text("a-! \t:\x7f\xe9;", max_size=4)
+_VALUES = st.text("a; \t:\x00\x0b\x7f\xe9\r", max_size=5)
+_VALID = st.builds(lambda n, v: f"{n}: {v}", st.sampled_from(["Host", "x-a", "X-A", "Content-Length"]),
+                   st.text("az09 ,=/", max_size=6))
+_ODD = st.one_of(st.builds(lambda n, v: f"{n}:{v}", _NAMES, _VALUES),  # shaped like a header
+                 st.text(_LINE_CHARS, max_size=12))  # anything
+_EOL = st.sampled_from(["\r\n", "\n"])
+
+
+@settings(max_examples=1500, deadline=None)
+@given(st.lists(st.tuples(_VALID, _EOL), max_size=2), st.tuples(_ODD, _EOL),
+       st.lists(st.tuples(_VALID, _EOL), max_size=2), _EOL)
+def test_parse_headers_accepts_refuses_and_returns_what_tornado_does(before, odd, after, blank):
+    """One arbitrary line among valid ones: it alone decides whether the block is refused."""
+    lines = [(text, end) for text, end in [*before, odd, *after] if text not in ("", "\r")]  # a blank line ends the block
+    block = "".join(text + end for text, end in lines) + blank
+    try:
+        expected = list(HTTPHeaders.parse(block).get_all())
+    except HTTPInputError:
+        expected = None
+    try:
+        got = list(parse_headers(block).get_all())
+    except HTTPInputError:
+        got = None
+    assert got == expected
+
+
+def _outcome(parse, block):
+    try:
+        return list(parse(block).get_all())
+    except HTTPInputError:
+        return "refused"
+
+
+@pytest.mark.parametrize("block", [
+    "Host: x\r\n\r\n", "Host: x\r\nX-A: 1\r\nx-a:  2 \r\n\r\n", "\r\n", "\n", "Host:\r\n\r\n",
+    "X: a\tb\r\n\n", "X: a\n\r\n", "X: caf\xe9\r\n\r\n", "X:\t a \t\r\n\r\n", "X: a,b;c=d\r\n\r\n",
+    # refused by Tornado, so by us
+    "X : a\r\n\r\n", ": a\r\n\r\n", "X\r\n\r\n", " X: a\r\n\r\n", "\tX: a\r\n\r\n",
+    "X: a\x7fb\r\n\r\n", "X: a\x00b\r\n\r\n", "X: a\x0b\r\n\r\n", "X: \x0ba\r\n\r\n", "X: a\rb\r\n\r\n", "X: \x01a\r\n\r\n", "X: a\x01\r\n\r\n",
+    "X: a\r\r\n\r\n", "X\xe9: a\r\n\r\n", "X\x7f: a\r\n\r\n", "X(: a\r\n\r\n", "Host: x\r\nbad\r\n\r\n",
+])
+def test_parse_headers_on_known_blocks(block):
+    assert _outcome(parse_headers, block) == _outcome(HTTPHeaders.parse, block)

