@@ -58,6 +58,12 @@ class Sluggish(Echo):
         super().data_received(chunk)
 
 
+class Big(tornado.web.RequestHandler):
+    def get(self):
+        EVENTS.append(("big", None))
+        self.finish(b"y" * 65536)
+
+
 class Firehose(tornado.web.RequestHandler):
     """Writes 64 KB pieces for as long as each flush returns; records how far it got."""
 
@@ -91,7 +97,7 @@ def server():
     thread = LoopThread("http1-test")
     sockets = tornado.netutil.bind_sockets(0, "127.0.0.1")
     app = tornado.web.Application([("/echo", Echo), ("/buffered", Buffered), ("/sluggish", Sluggish),
-                                   ("/firehose", Firehose), ("/slow", Slow)])
+                                   ("/firehose", Firehose), ("/slow", Slow), ("/big", Big)])
 
     async def start():
         srv = HTTP1Server(app, max_header_size=4096, max_body_size=1 << 20)
@@ -288,6 +294,21 @@ def test_a_client_that_stops_reading_holds_the_writer_back(server):
         time.sleep(0.05)
     assert ("on_connection_close", None) in EVENTS
     assert any(what == "closed" for what, _ in EVENTS)  # its next flush raised StreamClosedError
+
+
+def test_pipelined_requests_wait_while_the_client_does_not_read_its_answers(server):
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
+    sock.connect(("127.0.0.1", server.port))
+    n = 300  # 19.7 MB of answers: far past what the socket buffers hold
+    sock.sendall(b"GET /big HTTP/1.1\r\nHost: x\r\n\r\n" * n)
+    time.sleep(1.0)
+    served = sum(1 for what, _ in EVENTS if what == "big")
+    assert 0 < served < n  # the server stopped taking requests instead of buffering answers
+    buf = bytearray()
+    bodies = [read_response(sock, buf)[2] for _ in range(n)]
+    assert all(b == b"y" * 65536 for b in bodies)
+    assert sum(1 for what, _ in EVENTS if what == "big") == n
 
 
 def test_a_client_that_leaves_mid_request_is_heard(server):

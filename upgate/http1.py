@@ -42,7 +42,7 @@ _CONTINUE = b"HTTP/1.1 100 (Continue)\r\n\r\n"
 _BAD_REQUEST = b"HTTP/1.1 400 Bad Request\r\n\r\n"
 _CHUNK = 65536  # largest body piece handed to a handler at once
 _CHUNK_LINE = 64  # longest chunk-size line (Tornado's limit)
-_PIPELINE_MAX = 1 << 20  # buffered bytes of later requests before reading pauses
+_BUFFERED_MAX = 1 << 20  # bytes waiting in the buffer before reading pauses
 _BACKLOG = 1024
 
 # reading states of a request
@@ -222,23 +222,40 @@ class Connection(asyncio.Protocol):
     def _advance_soon(self) -> None:
         if self.buf and not self.closed:
             asyncio.get_running_loop().call_soon(self._advance)
+        else:
+            self._flow()
 
     def _advance(self) -> None:
         """Consume buffered bytes for as long as the current request can take them."""
         try:
-            while not self.closed and not self.transport.is_closing():
+            while not self.gone():
                 req = self.request
                 if req is None:
+                    if self._drain is not None and not self._drain.done():
+                        break  # the client is not reading its answers: take no more requests
                     if not self._begin():
-                        return
+                        break
                 elif not req.consume():
-                    return
+                    break
         except httputil.HTTPInputError:
             log.debug("malformed request from %s: closed", self.context)
             self.bad_request()
             req = self.request
             if req is not None and req.state not in (_HEAD, _PREPARING):
                 req.lost()  # a handler is reading this body: it hears the connection go
+            return
+        self._flow()
+
+    def _flow(self) -> None:
+        """Read from the socket only while what waits in the buffer is small: bytes pile up
+        while a handler prepares or answers (a pipelining client, a fast body)."""
+        if self._reading:
+            if len(self.buf) > _BUFFERED_MAX and not self.gone():
+                self._reading = False
+                self.transport.pause_reading()
+        elif len(self.buf) <= _BUFFERED_MAX and not self.gone():
+            self._reading = True
+            self.transport.resume_reading()
 
     def _begin(self) -> bool:
         """Start the next request once its whole header block is in."""
@@ -284,16 +301,7 @@ class Connection(asyncio.Protocol):
             return
         self.request = None
         self.since = time.monotonic()
-        if not self._reading:
-            self._reading = True
-            self.transport.resume_reading()
         self._advance_soon()
-
-    def hold_reading(self) -> None:
-        """A request is being answered and later bytes pile up: stop reading until it is done."""
-        if self._reading and len(self.buf) > _PIPELINE_MAX:
-            self._reading = False
-            self.transport.pause_reading()
 
 
 _FAILED = object()
@@ -372,9 +380,7 @@ class Request(httputil.HTTPConnection):
         """Take what the buffer holds; False when more bytes (or the response) are needed."""
         state, buf = self.state, self.conn.buf
         if state == _READ or state == _PREPARING:
-            if state == _READ:
-                self.conn.hold_reading()
-            return False
+            return False  # answering, or waiting for the handler
         if state == _BODY or state == _CHUNK_DATA:
             n = min(len(buf), self.remaining_in, _CHUNK)
             if not n:
