@@ -124,6 +124,7 @@ class Stack:
     # -- lifecycle
     def __enter__(self) -> "Stack":
         self._old_term = signal.signal(signal.SIGTERM, _raise_interrupt)
+        self._old_cpus = os.sched_getaffinity(0)
         try:
             if self.other_cpus:
                 os.sched_setaffinity(0, self.other_cpus)
@@ -147,6 +148,8 @@ class Stack:
         for name in ("gateway", "mock", "redis"):
             self.stop(name)
         signal.signal(signal.SIGTERM, getattr(self, "_old_term", signal.SIG_DFL))
+        if getattr(self, "_old_cpus", None):  # the next stack (--ab) must see every CPU again
+            os.sched_setaffinity(0, self._old_cpus)
         shutil.rmtree(self.dir, ignore_errors=True)
 
     def stop(self, name: str, grace_s: float = 5.0) -> None:
