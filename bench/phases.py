@@ -40,7 +40,7 @@ class Plan:
     stream_pace_ms: int = 20
     stream_conns: int = 20  # keep-alive connections for TTFB / gap, started over 1 s,
     stream_per_conn: int = 6  # each running this many streams one after another
-    ramp: tuple[int, ...] = (250, 500, 1000, 2000)
+    ramp: tuple[int, ...] = (250, 500, 750, 1000, 1500, 2000)
     ramp_chunks: int = 150  # 3 s at 20 ms: every stream is still open when the last starts
     ramp_start_over_s: float = 2.0
     hold_streams: int = 2000  # the same count at a slow pace: what one process can hold

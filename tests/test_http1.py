@@ -197,6 +197,17 @@ def test_handlers_that_buffer_or_hold_back_get_the_whole_body(server, path, chun
         assert read_response(sock, buf)[2] == digest(body)
 
 
+def test_a_head_answer_has_no_body_and_the_connection_carries_on(server):
+    sock, buf = connect(server), bytearray()
+    sock.sendall(b"HEAD /echo HTTP/1.1\r\nHost: x\r\n\r\nGET /echo HTTP/1.1\r\nHost: x\r\n\r\n")
+    sock.settimeout(5)
+    while buf.count(b"\r\n\r\n") < 2 or not buf.endswith(b"hello"):
+        buf += sock.recv(65536)
+    head, _, rest = bytes(buf).partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 405 ") and b"Content-Length: " in head
+    assert rest.startswith(b"HTTP/1.1 200 OK\r\n") and rest.endswith(b"\r\n\r\nhello")
+
+
 def test_headers_and_body_a_byte_at_a_time(server):
     sock, buf = connect(server), bytearray()
     body = b"0123456789" * 30
