@@ -208,6 +208,15 @@ def test_a_head_answer_has_no_body_and_the_connection_carries_on(server):
     assert rest.startswith(b"HTTP/1.1 200 OK\r\n") and rest.endswith(b"\r\n\r\nhello")
 
 
+@pytest.mark.parametrize("eol,blank", [("\r\n", "\r\n"), ("\n", "\n"), ("\r\n", "\n"), ("\n", "\r\n")])
+def test_header_blocks_may_end_lines_in_lf_alone(server, eol, blank):
+    sock, buf = connect(server), bytearray()
+    raw = f"POST /echo HTTP/1.1{eol}Host: x{eol}Content-Length: 3{eol}{blank}abc".encode()
+    sock.sendall(b"\r\n" + raw + raw)  # a stray CRLF before a request is skipped
+    assert read_response(sock, buf)[2] == digest(b"abc")
+    assert read_response(sock, buf)[2] == digest(b"abc")
+
+
 def test_headers_and_body_a_byte_at_a_time(server):
     sock, buf = connect(server), bytearray()
     body = b"0123456789" * 30
