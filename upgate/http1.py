@@ -2,17 +2,18 @@
 
 Tornado's own HTTP1Connection reads every request through IOStream futures and coroutines
 (header read, body read, a close listener armed and disarmed with two epoll_ctl calls, a
-write future per response) and cost ~30% of the gateway's CPU per request (bench/PROFILE.md).
-Here the event loop hands bytes straight to `data_received`, a request is framed in place,
-and a response is one `transport.write`. What is Tornado's stays Tornado's: the start line
-and header parsers, the body-framing rules (Content-Length, chunked, Expect: 100-continue,
-keep-alive by version), and the Application, routing and RequestHandler on top, which see
-the same `HTTPConnection` interface as before.
+write future per response); it was the largest share of the gateway's CPU per request
+(bench/PROFILE.md). Here the event loop hands bytes straight to `data_received`, a request is
+framed in place, and a response is one `transport.write`. Tornado's rules stay: its start-line
+parser, its header rules (`parse_headers` is held to `HTTPHeaders.parse` by a property test),
+its body framing (Content-Length, chunked, Expect: 100-continue) and keep-alive rules, and the
+Application, routing and RequestHandler on top, which see the same `HTTPConnection` interface.
 
 A connection reads one request at a time, in order: bytes of a pipelined next request wait in
-the buffer until the current response is finished. A write returns a done future unless the
-transport's buffer is over its high-water mark (a client not reading), so a streaming handler
-that awaits its flush is held back only by a slow client.
+the buffer until the current response is finished, reading pauses while more than 1 MB
+waits, and no next request starts while the client leaves its answers unread. A write returns
+a done future unless the transport's buffer is over its high-water mark, so a streaming
+handler that awaits its flush is held back only by a slow client.
 """
 from __future__ import annotations
 
@@ -48,7 +49,8 @@ _BUFFERED_MAX = 1 << 20  # bytes waiting in the buffer before reading pauses
 _BACKLOG = 1024
 
 # reading states of a request
-_HEAD, _PREPARING, _BODY, _CHUNK_SIZE, _CHUNK_DATA, _CHUNK_END, _LAST_CRLF, _READ = range(8)
+# (_WAITING: on the handler, its prepare() or a data_received that returned a pending future)
+_HEAD, _WAITING, _BODY, _CHUNK_SIZE, _CHUNK_DATA, _CHUNK_END, _LAST_CRLF, _READ = range(8)
 
 
 class HTTP1Server:
@@ -243,7 +245,7 @@ class Connection(asyncio.Protocol):
             log.debug("malformed request from %s: closed", self.context)
             self.bad_request()
             req = self.request
-            if req is not None and req.state not in (_HEAD, _PREPARING):
+            if req is not None and req.state not in (_HEAD, _WAITING):
                 req.lost()  # a handler is reading this body: it hears the connection go
             return
         self._flow()
@@ -278,7 +280,7 @@ class Connection(asyncio.Protocol):
         headers = parse_headers(text[eol + 1:])
         req = self.request = Request(self, start_line, headers)
         delegate = req.delegate = self.server.delegate.start_request(self, req)
-        req.state = _PREPARING
+        req.state = _WAITING
         try:
             prepared = req.call(delegate.headers_received, start_line, headers)
         except httputil.HTTPInputError:
@@ -345,7 +347,7 @@ class Request(httputil.HTTPConnection):
     def prepared(self, _future=None) -> None:
         """The handler's prepare() is done: frame the body (Tornado's rules and order)."""
         conn = self.conn
-        if conn.closed or conn.transport.is_closing() or self.state != _PREPARING:
+        if conn.closed or conn.transport.is_closing() or self.state != _WAITING:
             return
         headers = self.headers
         try:
@@ -381,7 +383,7 @@ class Request(httputil.HTTPConnection):
     def consume(self) -> bool:
         """Take what the buffer holds; False when more bytes (or the response) are needed."""
         state, buf = self.state, self.conn.buf
-        if state == _READ or state == _PREPARING:
+        if state == _READ or state == _WAITING:
             return False  # answering, or waiting for the handler
         if state == _BODY or state == _CHUNK_DATA:
             n = min(len(buf), self.remaining_in, _CHUNK)
@@ -438,10 +440,10 @@ class Request(httputil.HTTPConnection):
         ret = asyncio.ensure_future(ret)  # an async data_received returns a coroutine
         if not ret.done():
             # a handler that applies back-pressure: read no further until it is ready
-            saved, self.state = self.state, _PREPARING
+            saved, self.state = self.state, _WAITING
 
             def resume(_f) -> None:
-                if self.state == _PREPARING:
+                if self.state == _WAITING:
                     self.state = saved
                     self._piece_done()
                     self.conn._advance()
