@@ -58,6 +58,34 @@ class Sluggish(Echo):
         super().data_received(chunk)
 
 
+@tornado.web.stream_request_body
+class Pieces(tornado.web.RequestHandler):
+    """Answers with how many data_received calls the body took, and its digest."""
+
+    def prepare(self):
+        self.calls, self.body = 0, bytearray()
+
+    def data_received(self, chunk):
+        self.calls += 1
+        self.body += chunk
+
+    def post(self):
+        self.finish(b"%d %s" % (self.calls, digest(bytes(self.body))))
+
+
+@tornado.web.stream_request_body
+class Failing(tornado.web.RequestHandler):
+    async def data_received(self, chunk):
+        raise ValueError("the handler broke")
+
+    def post(self):
+        EVENTS.append(("failing post ran", None))
+        self.finish("should not happen")
+
+    def on_connection_close(self):
+        EVENTS.append(("failing closed", None))
+
+
 class Big(tornado.web.RequestHandler):
     def get(self):
         EVENTS.append(("big", None))
@@ -97,7 +125,8 @@ def server():
     thread = LoopThread("http1-test")
     sockets = tornado.netutil.bind_sockets(0, "127.0.0.1")
     app = tornado.web.Application([("/echo", Echo), ("/buffered", Buffered), ("/sluggish", Sluggish),
-                                   ("/firehose", Firehose), ("/slow", Slow), ("/big", Big)])
+                                   ("/firehose", Firehose), ("/slow", Slow), ("/big", Big),
+                                   ("/pieces", Pieces), ("/failing", Failing)])
 
     async def start():
         srv = HTTP1Server(app, max_header_size=4096, max_body_size=1 << 20)
@@ -331,6 +360,49 @@ def test_pipelined_requests_wait_while_the_client_does_not_read_its_answers(serv
     assert sum(1 for what, _ in EVENTS if what == "big") == n
 
 
+def test_tiny_chunks_are_joined_before_the_handler_sees_them(server):
+    sock, buf = connect(server), bytearray()
+    body = bytes(range(256)) * 80  # 20,480 one-byte chunks
+    raw = b"".join(b"1\r\n%s\r\n" % body[i:i + 1] for i in range(len(body))) + b"0\r\n\r\n"
+    sock.sendall(b"POST /pieces HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n" + raw)
+    calls, _, got = read_response(sock, buf)[2].partition(b" ")
+    assert got == digest(body)
+    assert int(calls) < 200  # one per read of the socket at most, not one per chunk
+
+
+def test_a_failing_async_data_received_ends_the_request(server):
+    sock = connect(server)
+    sock.sendall(b"POST /failing HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\nabc")
+    assert closed(sock)
+    deadline = time.monotonic() + 3
+    while ("failing closed", None) not in EVENTS and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert ("failing closed", None) in EVENTS and ("failing post ran", None) not in EVENTS
+
+
+def test_the_sweep_drops_a_client_that_stopped_reading_its_answer(server):
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
+    sock.connect(("127.0.0.1", server.port))
+    sock.sendall(b"GET /firehose HTTP/1.1\r\nHost: x\r\n\r\n")
+    time.sleep(0.6)  # the transport fills and pauses
+
+    async def sweep():
+        server.idle_timeout_s = 0.3
+        return server.close_idle()
+    assert server.thread.run(sweep()) == 1
+    deadline = time.monotonic() + 5
+    while not any(what == "closed" for what, _ in EVENTS) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert ("on_connection_close", None) in EVENTS
+    assert any(what == "closed" for what, _ in EVENTS)  # its pending flush raised StreamClosedError
+    assert server.thread.run(_count(server)) == 0
+
+
+async def _count(server) -> int:
+    return len(server.connections)
+
+
 def test_a_client_that_leaves_mid_request_is_heard(server):
     sock = connect(server)
     sock.sendall(b"GET /slow HTTP/1.1\r\nHost: x\r\n\r\n")
@@ -395,6 +467,18 @@ def _outcome(parse, block):
         return list(parse(block).get_all())
     except HTTPInputError:
         return "refused"
+
+
+@pytest.mark.timeout(20)
+@pytest.mark.parametrize("block", [
+    "Host: x\r\n" + "X:  \r\n" * 40 + "bad\r\n\r\n",  # 3^40 ways to split the spaces, had they been free
+    "X:" + " " * 200_000 + "\x01\r\n\r\n",
+    "X: a" + " a" * 100_000 + " \x01\r\n\r\n",
+    "X: a\r\n" * 50_000 + "X : b\r\n\r\n",
+])
+def test_parse_headers_refuses_hostile_blocks_in_linear_time(block):
+    with pytest.raises(HTTPInputError):
+        parse_headers(block)
 
 
 @pytest.mark.parametrize("block", [

@@ -36,16 +36,20 @@ log = logging.getLogger("upgate")
 _HEAD_END = re.compile(rb"\n\r?\n")
 # One header line as Tornado 6.6 accepts it (HTTPHeaders.parse_line and add): a token, a colon,
 # a value of visible or obs-text characters with inner spaces and tabs, optional whitespace
-# around it, CRLF or LF. No folding, no control characters.
-_HEADER_LINE = re.compile(r"([!#$%&'*+\-.^_`|~0-9A-Za-z]+):[ \t]*"
-                          r"((?:[\x21-\x7e\x80-\xff](?:[\x21-\x7e\x80-\xff \t]*[\x21-\x7e\x80-\xff])?)?)"
-                          r"[ \t]*\r?\n")
-_HEADER_LINES = re.compile("(?:" + _HEADER_LINE.pattern.replace("(", "(?:").replace("(?:?:", "(?:") + ")*")
+# around it, CRLF or LF. No folding, no control characters. The possessive `*+` after the colon
+# and the atomic group per line keep a match linear: with plain `*` on both sides of an empty
+# value, 15 lines of "X:  " before a bad one took seconds (3^n ways to split the spaces).
+_LINE = (r"([!#$%&'*+\-.^_`|~0-9A-Za-z]+):[ \t]*+"
+         r"((?:[\x21-\x7e\x80-\xff](?:[\x21-\x7e\x80-\xff \t]*[\x21-\x7e\x80-\xff])?)?)"
+         r"[ \t]*\r?\n")
+_HEADER_LINE = re.compile(_LINE)
+_HEADER_LINES = re.compile("(?>" + _LINE.replace("(", "(?:").replace("(?:?:", "(?:") + ")*")
 _CONTINUE = b"HTTP/1.1 100 (Continue)\r\n\r\n"
 _BAD_REQUEST = b"HTTP/1.1 400 Bad Request\r\n\r\n"
 _CHUNK = 65536  # largest body piece handed to a handler at once
 _CHUNK_LINE = 64  # longest chunk-size line (Tornado's limit)
 _BUFFERED_MAX = 1 << 20  # bytes waiting in the buffer before reading pauses
+_CHUNKS_PER_TURN = 256  # chunk-size lines framed before other connections get the loop
 _BACKLOG = 1024
 
 # reading states of a request
@@ -58,8 +62,9 @@ class HTTP1Server:
 
     Idle and slow connections are closed by a sweep every `IDLE_SWEEP_S`, not by a timer per
     request: a connection that has waited `idle_timeout_s` for its next request's headers (slow
-    headers included), or `body_timeout_s` for a request's headers and body. A request whose
-    body is in is never cut, however long its answer takes."""
+    headers included), or `body_timeout_s` for a request's headers and body, or whose client
+    has read nothing of its answer for `idle_timeout_s`. A request whose body is in is never
+    cut otherwise, however long its answer takes."""
 
     IDLE_SWEEP_S = 5.0
 
@@ -91,7 +96,15 @@ class HTTP1Server:
         """Close connections idle or slow past their limit; returns how many."""
         now, closed = time.monotonic(), 0
         for conn in list(self.connections):
+            if conn.transport.is_closing():
+                conn.transport.abort()  # closed by an earlier sweep, its client still not reading
+                closed += 1
+                continue
             req = conn.request
+            if conn.stalled_since is not None and now - conn.stalled_since >= self.idle_timeout_s:
+                conn.transport.abort()  # a client that stopped reading its answer
+                closed += 1
+                continue
             if req is None or req.state == _HEAD:
                 limit = self.idle_timeout_s
             elif req.state != _READ:
@@ -159,8 +172,10 @@ class Connection(asyncio.Protocol):
         self.closed = False
         self._scanned = 0  # bytes of buf already searched for the end of the header block
         self._reading = True
-        self._drain: asyncio.Future | None = None  # pending while the transport's buffer is full
+        self.stalled_since: float | None = None  # writing paused (the client is not reading)
+        self._waiters: list[asyncio.Future] = []  # writes waiting for the transport to drain
         self._done: asyncio.Future | None = None  # the future every unblocked write returns
+        self.chunks_this_turn = 0
 
     # ---- transport events
     def connection_made(self, transport) -> None:
@@ -184,20 +199,24 @@ class Connection(asyncio.Protocol):
     def connection_lost(self, exc) -> None:
         self.closed = True
         self.server._lost(self)
-        if self._drain is not None and not self._drain.done():
-            self._drain.set_exception(StreamClosedError())
-            self._drain.exception()  # retrieved: nobody may be waiting on it
+        waiters, self._waiters = self._waiters, []
+        for fut in waiters:
+            if not fut.done():
+                fut.set_exception(StreamClosedError())
+                fut.exception()  # retrieved: its writer may be gone
         req = self.request
         if req is not None:
             req.lost()
 
     def pause_writing(self) -> None:
-        if self._drain is None or self._drain.done():
-            self._drain = asyncio.get_running_loop().create_future()
+        self.stalled_since = time.monotonic()
 
     def resume_writing(self) -> None:
-        if self._drain is not None and not self._drain.done():
-            self._drain.set_result(None)
+        self.stalled_since = None
+        waiters, self._waiters = self._waiters, []
+        for fut in waiters:
+            if not fut.done():  # a writer that gave up (cancelled) is skipped
+                fut.set_result(None)
         self._advance_soon()
 
     # ---- writing
@@ -212,8 +231,11 @@ class Connection(asyncio.Protocol):
             fut.exception()
             return fut
         self.transport.write(data)
-        drain = self._drain
-        return drain if drain is not None and not drain.done() else self._done  # type: ignore[return-value]
+        if self.stalled_since is None:
+            return self._done  # type: ignore[return-value]
+        fut = asyncio.get_running_loop().create_future()  # one per writer: one may cancel its own
+        self._waiters.append(fut)
+        return fut
 
     def bad_request(self) -> None:
         """Malformed framing: a bare 400 unless a response was already begun, then close."""
@@ -231,11 +253,12 @@ class Connection(asyncio.Protocol):
 
     def _advance(self) -> None:
         """Consume buffered bytes for as long as the current request can take them."""
+        self.chunks_this_turn = 0
         try:
             while not self.gone():
                 req = self.request
                 if req is None:
-                    if self._drain is not None and not self._drain.done():
+                    if self.stalled_since is not None:
                         break  # the client is not reading its answers: take no more requests
                     if not self._begin():
                         break
@@ -254,7 +277,8 @@ class Connection(asyncio.Protocol):
         """Read from the socket only while what waits in the buffer is small: bytes pile up
         while a handler prepares or answers (a pipelining client, a fast body)."""
         if self._reading:
-            if len(self.buf) > _BUFFERED_MAX and not self.gone():
+            req = self.request  # (a header block is bounded by max_header_size instead)
+            if len(self.buf) > _BUFFERED_MAX and req is not None and req.state != _HEAD and not self.gone():
                 self._reading = False
                 self.transport.pause_reading()
         elif len(self.buf) <= _BUFFERED_MAX and not self.gone():
@@ -311,6 +335,17 @@ class Connection(asyncio.Protocol):
 _FAILED = object()
 
 
+def _take(buf: bytearray, n: int) -> bytes:
+    """The first n bytes of buf, removed from it."""
+    if n == len(buf):
+        piece = bytes(buf)
+        buf.clear()
+    else:
+        piece = bytes(buf[:n])
+        del buf[:n]
+    return piece
+
+
 class Request(httputil.HTTPConnection):
     """One request on a Connection: its body framing on the way in, its response on the way out
     (Tornado's HTTPConnection interface: write_headers, write, finish, set_close_callback)."""
@@ -325,6 +360,7 @@ class Request(httputil.HTTPConnection):
         self.state = _HEAD
         self.remaining_in = 0  # body bytes still to read (fixed length, or of the current chunk)
         self.total_in = 0
+        self._pending = bytearray()  # chunked body bytes joined, not yet handed over
         self.disconnect = not _keep_alive(start_line, headers)
         self.began = False  # response headers written
         self.write_finished = False
@@ -385,27 +421,38 @@ class Request(httputil.HTTPConnection):
         state, buf = self.state, self.conn.buf
         if state == _READ or state == _WAITING:
             return False  # answering, or waiting for the handler
-        if state == _BODY or state == _CHUNK_DATA:
+        if state == _BODY:
             n = min(len(buf), self.remaining_in, _CHUNK)
             if not n:
                 return False
-            if n == len(buf):
-                piece = bytes(buf)
-                buf.clear()
-            else:
-                piece = bytes(buf[:n])
-                del buf[:n]
             self.remaining_in -= n
-            self._deliver(piece)
-            if self.state == state:  # not held back by the handler
-                self._piece_done()
+            self._deliver(_take(buf, n), None if self.remaining_in else self._end_body)
+            return True
+        if state == _CHUNK_DATA:
+            # chunk boundaries mean nothing: pieces are joined up to _CHUNK before the handler
+            # sees them (a body of one-byte chunks must not become a million data_received
+            # calls and a million objects held), and handed over whenever the buffer runs dry
+            n = min(len(buf), self.remaining_in)
+            if not n:
+                return self._hand_over()
+            self._pending += _take(buf, n)
+            self.remaining_in -= n
+            if not self.remaining_in:
+                self.state = _CHUNK_END
+            if len(self._pending) >= _CHUNK:
+                self._deliver(self._take_pending())
             return True
         if state == _CHUNK_SIZE:
+            conn = self.conn
+            conn.chunks_this_turn += 1
+            if conn.chunks_this_turn > _CHUNKS_PER_TURN:  # let other connections have the loop
+                asyncio.get_running_loop().call_soon(conn._advance)
+                return self._hand_over()
             eol = buf.find(b"\r\n", 0, _CHUNK_LINE)
             if eol < 0:
                 if len(buf) >= _CHUNK_LINE:
                     raise httputil.HTTPInputError("chunk size line too long")
-                return False
+                return self._hand_over()
             try:
                 size = parse_hex_int(buf[:eol].decode("latin1"))
             except ValueError:
@@ -415,46 +462,73 @@ class Request(httputil.HTTPConnection):
                 self.state = _LAST_CRLF
                 return True
             self.total_in += size
-            if self.total_in > self.conn.server.max_body_size:
+            if self.total_in > conn.server.max_body_size:
                 raise httputil.HTTPInputError("chunked body too large")
             self.state, self.remaining_in = _CHUNK_DATA, size
             return True
         # _CHUNK_END or _LAST_CRLF: the CRLF after a chunk's data, or after the last chunk
         if len(buf) < 2:
-            return False
+            return self._hand_over()
         if buf[:2] != b"\r\n":
             raise httputil.HTTPInputError("improperly terminated chunked request")
         del buf[:2]
         if state == _LAST_CRLF:
-            self._end_body()
+            if self._pending:
+                self._deliver(self._take_pending(), self._end_body)
+            else:
+                self._end_body()
         else:
             self.state = _CHUNK_SIZE
         return True
 
-    def _deliver(self, piece: bytes) -> None:
-        if self.write_finished:  # answered early: the rest of the body is dropped
-            return
-        ret = self.call(self.delegate.data_received, piece)
-        if ret is None or ret is _FAILED:
-            return
-        ret = asyncio.ensure_future(ret)  # an async data_received returns a coroutine
-        if not ret.done():
-            # a handler that applies back-pressure: read no further until it is ready
-            saved, self.state = self.state, _WAITING
+    def _take_pending(self) -> bytes:
+        piece, self._pending = bytes(self._pending), bytearray()
+        return piece
 
-            def resume(_f) -> None:
-                if self.state == _WAITING:
-                    self.state = saved
-                    self._piece_done()
-                    self.conn._advance()
-            ret.add_done_callback(resume)
+    def _hand_over(self) -> bool:
+        """Out of bytes in a chunked body: what is joined so far goes to the handler now."""
+        if self._pending:
+            self._deliver(self._take_pending())
+        return False
 
-    def _piece_done(self) -> None:
-        if not self.remaining_in:
-            if self.state == _BODY:
-                self._end_body()
-            else:
-                self.state = _CHUNK_END
+    def _deliver(self, piece: bytes, then=None) -> None:
+        """Hand a body piece to the handler, then run `then` (the end of the body) once it
+        took it: at once, or when an async data_received is done."""
+        ret = None
+        if not self.write_finished:  # else answered early: the rest of the body is dropped
+            ret = self.call(self.delegate.data_received, piece)
+            if ret is _FAILED:
+                return
+        if ret is not None:
+            ret = asyncio.ensure_future(ret)  # an async data_received returns a coroutine
+            if not ret.done():
+                # back-pressure: read no further until the handler is ready
+                saved, self.state = self.state, _WAITING
+                ret.add_done_callback(lambda f: self._resume(f, saved, then))
+                return
+            if not self._accepted(ret):
+                return
+        if then is not None:
+            then()
+
+    def _resume(self, future: asyncio.Future, state: int, then) -> None:
+        if self.state != _WAITING or self._told_lost or self.conn.gone():
+            return  # the connection went meanwhile: the handler was told, nothing follows
+        if not self._accepted(future):
+            return
+        self.state = state
+        if then is not None:
+            then()
+        self.conn._advance()
+
+    def _accepted(self, future: asyncio.Future) -> bool:
+        """An async data_received that failed ends the request, as a raising one does."""
+        if future.cancelled() or future.exception() is not None:
+            if not future.cancelled():
+                app_log.error("Uncaught exception", exc_info=future.exception())
+            self.conn.transport.close()
+            return False
+        return True
 
     def _end_body(self) -> None:
         self.state = _READ
