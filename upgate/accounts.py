@@ -102,10 +102,6 @@ def normalize_id(account_id: str) -> str:
         raise UnknownAccount(f"unknown account {account_id!r} (account ids are UUIDs)") from None
 
 
-def _decode(raw: dict) -> dict[str, str]:
-    return {store.text(k): store.text(v) for k, v in raw.items()}
-
-
 # ---- the runtime view -------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -120,7 +116,7 @@ class AccountInfo:
     @classmethod
     def from_hash(cls, account_id: str, d: dict) -> "AccountInfo":
         """From the decoded wallet hash (str → str)."""
-        d = _decode(d)
+        d = store.text_map(d)
         quota = d.get("free_quota")
         return cls(account_id=account_id,
                    phone_masked=mask_phone(d.get("phone", "")),
@@ -290,7 +286,7 @@ def show(client, account_id: str) -> dict:
     raw, count, used = pipe.execute()
     if not raw:
         raise UnknownAccount(f"unknown account {acct}")
-    return _view(acct, _decode(raw), int(count), int(used or 0))
+    return _view(acct, store.text_map(raw), int(count), int(used or 0))
 
 
 def list_accounts(client, *, phone: str | None = None) -> list[dict]:
@@ -310,7 +306,7 @@ def list_accounts(client, *, phone: str | None = None) -> list[dict]:
             raw, count, used = replies[3 * i:3 * i + 3]
             if not raw:
                 continue
-            view = _view(acct, _decode(raw), int(count), int(used or 0))
+            view = _view(acct, store.text_map(raw), int(count), int(used or 0))
             if phone is None or view["phone"] == phone:
                 out.append(view)
     out.sort(key=lambda v: (v["created_at"], v["account_id"]))

@@ -193,11 +193,6 @@ def _iso_ms(ms: int) -> str:
 
 # ---- the runtime view -------------------------------------------------------------------------
 
-
-def _decode(raw: dict) -> dict[str, str]:
-    return {store.text(k): store.text(v) for k, v in raw.items()}
-
-
 def _opt_int(v: str | None) -> int | None:
     return int(v) if v not in (None, "") else None
 
@@ -221,7 +216,7 @@ class KeyInfo:
     def from_hash(cls, d: dict, key_id: str | None = None) -> "KeyInfo":
         """From the key record hash (str or bytes). The record carries its own `key_id`;
         pass `key_id` for records written before it did."""
-        d = _decode(d)
+        d = store.text_map(d)
         allowed = d.get("allowed_models")
         return cls(
             key_id=key_id or d.get("key_id", ""),
@@ -344,7 +339,7 @@ def _record(client, acct: str, key_id: str) -> dict[str, str]:
     raw = client.hgetall(keyspace.key_record(acct, key_id))
     if not raw:
         raise UnknownKey(f"unknown key {key_id}")
-    return _decode(raw)
+    return store.text_map(raw)
 
 
 def find_key(client, key_id: str) -> dict:
@@ -432,7 +427,7 @@ def list_keys(client, account_id: str) -> list[dict]:
     for kid in kids:
         pipe.hgetall(keyspace.key_record(acct, kid))
     month = jalali.month_key()
-    out = [_view(_decode(raw), month) for raw in pipe.execute() if raw] if kids else []
+    out = [_view(store.text_map(raw), month) for raw in pipe.execute() if raw] if kids else []
     out.sort(key=lambda v: (v["created_at"], v["key_id"]))
     return out
 

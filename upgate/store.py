@@ -38,6 +38,11 @@ def text(value) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
+def text_map(raw: dict) -> dict[str, str]:
+    """A hash from the store (HGETALL) with str keys and values."""
+    return {text(k): text(v) for k, v in raw.items()}
+
+
 def reset_memory() -> None:
     """Forget the embedded store (tests)."""
     global _MEMORY_SERVER
