@@ -383,7 +383,7 @@ class Request(httputil.HTTPConnection):
     def prepared(self, _future=None) -> None:
         """The handler's prepare() is done: frame the body (Tornado's rules and order)."""
         conn = self.conn
-        if conn.closed or conn.transport.is_closing() or self.state != _WAITING:
+        if conn.gone() or self.state != _WAITING:
             return
         headers = self.headers
         try:
@@ -614,10 +614,7 @@ class Request(httputil.HTTPConnection):
             conn.send(b"0\r\n\r\n")
         self.write_finished = True
         self._close_callback = None
-        if self.state != _READ:
-            # answered before the whole body was read: closing is the only way not to read it
-            self.disconnect = True
-        conn.request_done(self)
+        conn.request_done(self)  # (write_headers decided whether the connection closes)
 
 
 def parse_headers(block: str) -> httputil.HTTPHeaders:

@@ -168,16 +168,12 @@ class CurlPool(CurlAsyncHTTPClient):
             self._fds.pop(fd, None)
 
     def _handle_timeout(self) -> None:
-        if self._timeout is not None:  # called early: the pending timer would only repeat it
-            self._timeout.cancel()
-            self._timeout = None
+        self._cancel_timer()  # called early: the pending timer would only repeat it
         super()._handle_timeout()
 
     def _set_timeout(self, msecs: int) -> None:
         # libcurl passes -1 to delete its timer; tornado's version schedules a call at once.
-        if self._timeout is not None:
-            self._timeout.cancel()
-            self._timeout = None
+        self._cancel_timer()
         if msecs >= 0:
             self._timeout = self.io_loop.asyncio_loop.call_later(msecs / 1000, self._handle_timeout)
 
@@ -195,6 +191,9 @@ class CurlPool(CurlAsyncHTTPClient):
         super().close()
         # Closing handles still in flight makes libcurl re-arm its timer from inside close();
         # that callback would then find the multi handle gone.
+        self._cancel_timer()
+
+    def _cancel_timer(self) -> None:
         if self._timeout is not None:
             self._timeout.cancel()
             self._timeout = None
