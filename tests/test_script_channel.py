@@ -82,6 +82,22 @@ def test_a_cancelled_caller_does_not_shift_the_next_reply(redis_url):
     run(redis_url, test)
 
 
+def test_the_loop_polls_while_a_reply_is_due_and_sleeps_past_the_spin_window(redis_url):
+    async def test(client, echo, slow):
+        channel = client.scripts
+        assert await client.evalsha(echo, 0, "fast") == b"fast"
+        await asyncio.sleep(0.01)
+        assert not channel._spinning  # the reply is in: nothing keeps the loop awake
+
+        call = asyncio.ensure_future(client.evalsha(slow, 0, 100))  # a reply 100 ms away
+        await asyncio.sleep(0)
+        assert channel._spinning
+        await asyncio.sleep(0.03)  # past the window: the loop sleeps until the reply comes
+        assert not channel._spinning and not call.done()
+        assert await call == b"slept"
+    run(redis_url, test)
+
+
 def test_a_killed_connection_fails_the_calls_in_flight_and_the_next_call_reconnects(redis_url, r):
     async def test(client, echo, slow):
         assert await client.evalsha(echo, 0, "first") == b"first"

@@ -19,17 +19,26 @@ TimeoutError and drops the connection, whose order can no longer be trusted. A c
 cancelled while waiting leaves its reply to be read and dropped, where redis-py has to
 throw the whole connection away. The connection is opened by redis-py itself, so AUTH,
 TLS, SELECT and the client's other options are the pool's.
+
+While a reply is due, the loop polls rather than sleeps, for at most SPIN_S after the last
+call. A reply takes ~100 µs; an idle CPU that goes to sleep and is woken for it costs ~40 µs
+more on a VM whose idle vCPUs halt without polling (this machine's guest_halt_poll_ns is 0),
+twice per request. The spin ends when the last reply is in, so it costs at most the round
+trip's own time, and nothing at all under load, when the loop never sleeps anyway.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import deque
 
 import hiredis
 import redis.asyncio as aioredis
 from redis._parsers.base import BaseParser
 from redis.exceptions import ConnectionError, InvalidResponse, TimeoutError
+
+SPIN_S = 0.0005
 
 
 class _Link(asyncio.Protocol):
@@ -85,6 +94,8 @@ class ScriptChannel:
         self._out: list[bytes] = []  # packed commands of this loop turn, not yet written
         self._flush_due = False
         self._watchdog: asyncio.TimerHandle | None = None
+        self._spin_until = 0.0
+        self._spinning = False
 
     async def execute(self, *args):
         if self._link is None:
@@ -105,6 +116,10 @@ class ScriptChannel:
         self._pending.append((future, loop.time()))
         if self._watchdog is None:
             self._watchdog = loop.call_later(self._timeout_s, self._check)
+        self._spin_until = time.perf_counter() + SPIN_S
+        if not self._spinning:
+            self._spinning = True
+            loop.call_soon(self._spin)
         return await future
 
     async def close(self) -> None:
@@ -124,6 +139,13 @@ class ScriptChannel:
         out, self._out = self._out, []
         if out and self._link is not None:
             self._link.transport.write(b"".join(out))
+
+    def _spin(self) -> None:
+        """A callback that is always due keeps the loop polling its sockets without sleeping."""
+        if self._pending and time.perf_counter() < self._spin_until:
+            asyncio.get_running_loop().call_soon(self._spin)
+        else:
+            self._spinning = False
 
     def _check(self) -> None:
         self._watchdog = None
