@@ -11,6 +11,7 @@ import asyncio
 import logging
 import sys
 import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import openai
@@ -63,6 +64,16 @@ def traffic(node, key) -> None:
         assert x.get("/metrics").status_code == 200
 
 
+def burst(node, key, n: int = 24) -> None:
+    """Concurrent reads of the store: its connection pool grows while the watch is on."""
+    h = {"Authorization": f"Bearer {key}"}
+    with httpx.Client(base_url=node.url, timeout=30, limits=httpx.Limits(max_connections=n)) as x:
+        with ThreadPoolExecutor(n) as pool:
+            for _ in range(3):
+                codes = list(pool.map(lambda _: x.get("/v1/svc/me", headers=h).status_code, range(n)))
+                assert codes == [200] * n
+
+
 def _watch_on(node) -> None:
     if not _Watch.installed:
         sys.addaudithook(_Watch.hook)
@@ -81,6 +92,7 @@ def test_no_call_on_the_event_loop_thread_blocks_it(node, redis_url):
     _watch_on(node)
     try:
         traffic(node, key)
+        burst(node, key)
     finally:
         _Watch.on = False
     assert _Watch.seen == []

@@ -77,12 +77,12 @@ def connect_async(url: str):
     if is_cluster(url):
         return aioredis.RedisCluster.from_url(cluster_seed(url), max_connections=512,
                                               retry=Retry(NoBackoff(), 0), socket_timeout=5,
-                                              socket_connect_timeout=2)
+                                              socket_connect_timeout=2, driver_info=_driver_info())
     # A blocking pool: a burst of more requests than connections (thousands of streams opening
     # at once) waits a moment for a free one instead of failing with MaxConnectionsError.
     pool = aioredis.BlockingConnectionPool.from_url(
         url, max_connections=1024, timeout=POOL_WAIT_S, health_check_interval=0, retry=Retry(NoBackoff(), 0),
-        socket_timeout=5, socket_connect_timeout=2,
+        socket_timeout=5, socket_connect_timeout=2, driver_info=_driver_info(),
         connection_class=_SSLConnection if url.startswith("rediss:") else _Connection)
     client = _Redis(connection_pool=pool)
     client.auto_close_connection_pool = True  # as from_url does: aclose() closes the pool too
@@ -90,6 +90,18 @@ def connect_async(url: str):
 
 
 POOL_WAIT_S = 5  # then "No connection available": a 503, like any store failure
+
+
+@lru_cache(maxsize=None)
+def _driver_info():
+    """What each connection tells Redis it is (CLIENT SETINFO), resolved once. Left to
+    redis-py, every new pooled connection looks its version up in the installed package's
+    metadata: file reads on the event loop whenever a burst grows the pool."""
+    from redis.driver_info import DriverInfo
+
+    from upgate import __version__
+
+    return DriverInfo(lib_version=redis.__version__).add_upstream_driver("upgate", __version__)
 
 
 class _Redis(aioredis.Redis):
@@ -159,7 +171,7 @@ def pubsub_async(client):
 
 
 _PUBSUB_OPTIONS = frozenset(("username", "password", "credential_provider", "socket_connect_timeout",
-                             "socket_keepalive"))
+                             "socket_keepalive", "driver_info"))
 
 
 # ---- a whole cluster unreachable ---------------------------------------------------------
