@@ -4,8 +4,9 @@ two separate benchmark runs cannot tell a 10% change from the weather; alternati
 
 Each round starts a fresh stack per side (redis-server, mock, gateway; pinned as in the full
 run) with REV checked out in a temporary git worktree that its processes start in, then
-measures concurrency 1 (p50 and gateway CPU per request) and a closed loop of 64
-connections (req/s and gateway CPU per request). Prints one line per side and round, then
+measures concurrency 1 (p50 and gateway CPU per request), a closed loop of 64
+connections (req/s and gateway CPU per request) and 300 paced streams (gateway CPU per
+relayed event). Prints one line per side and round, then
 the medians.
 """
 from __future__ import annotations
@@ -23,6 +24,7 @@ from bench.phases import HOST, Bench, Plan, dist_ms
 ROOT = Path(__file__).resolve().parent.parent
 SEQUENTIAL = 1500
 SATURATION_S = 6.0
+STREAMS, STREAM_CHUNKS = 300, 100  # at the plan's 20 ms pace: 15,000 events/s, no overload
 
 
 def run(rev: str, rounds: int, pin: bool, accounts: int) -> int:
@@ -64,6 +66,9 @@ def _measure(tree: str | None, pin: bool, accounts: int) -> dict:
             c1 = cpu_seconds(stack.gateway_pid)
             sat = b.run(lg.closed_loop(HOST, port, payloads, 64, SATURATION_S))
             c2 = cpu_seconds(stack.gateway_pid)
+            gw, _ = b.stream_payloads(STREAM_CHUNKS, b.plan.stream_pace_ms)
+            st = b.run(lg.streams(HOST, port, gw, STREAMS, 1.0, 60))
+            c3 = cpu_seconds(stack.gateway_pid)
     finally:
         os.chdir(cwd)
         if saved is None:
@@ -71,9 +76,11 @@ def _measure(tree: str | None, pin: bool, accounts: int) -> dict:
         else:
             os.environ["PYTHONPATH"] = saved
     return {"c1_p50_ms": dist_ms(seq.latencies_ns)["p50"], "c1_us": 1e6 * (c1 - c0) / SEQUENTIAL,
-            "rps": sat.ok / sat.elapsed_s, "sat_us": 1e6 * (c2 - c1) / max(sat.ok, 1)}
+            "rps": sat.ok / sat.elapsed_s, "sat_us": 1e6 * (c2 - c1) / max(sat.ok, 1),
+            "event_us": 1e6 * (c3 - c2) / max(sum(st.events), 1)}
 
 
 def _fmt(r: dict) -> str:
     return (f"concurrency 1: p50 {r['c1_p50_ms']:.3f} ms, {r['c1_us']:,.0f} µs CPU/request; "
-            f"64 connections: {r['rps']:,.0f} req/s, {r['sat_us']:,.0f} µs CPU/request")
+            f"64 connections: {r['rps']:,.0f} req/s, {r['sat_us']:,.0f} µs CPU/request; "
+            f"{STREAMS} streams: {r['event_us']:.1f} µs CPU/event")

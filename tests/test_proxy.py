@@ -3,11 +3,14 @@ with billing on a private real Redis. Money is checked to the micro-toman."""
 from __future__ import annotations
 
 import asyncio
+import http.client
+import socket
 import time
 from decimal import Decimal
 
 import httpx
 import openai
+import orjson
 import pytest
 import redis
 
@@ -279,6 +282,36 @@ def test_relay_does_not_buffer(node, mock, funded):
     httpx.post(f"http://127.0.0.1:{mock.port}/_mock/release")
     rest = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
     assert rest == "tok1 tok2 tok3 tok4 "
+
+
+def test_a_client_that_reads_late_gets_every_event_in_order_and_pays_once(node, mock, redis_url, funded):
+    """The provider sends all of a long stream while the client reads nothing: what the
+    client's socket cannot take waits in the gateway, and leaves in order once it reads."""
+    key, account_id, _ = funded
+    n = 40_000  # ~7 MB of events: more than the loopback socket buffers hold
+    before = wallet(redis_url, account_id)["balance"]
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.connect(("127.0.0.1", node.port))
+    conn = http.client.HTTPConnection("127.0.0.1", node.port, timeout=30)
+    conn.sock = sock
+    body = {"model": "mock/chat-1", "messages": HELLO, "stream": True, "max_tokens": n,
+            "stream_options": {"include_usage": True}, "mock": {"chunks": n}}
+    conn.request("POST", "/v1/chat/completions", body=orjson.dumps(body),
+                 headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"})
+    deadline = time.time() + 20
+    while mock_stats(mock)["active"] and time.time() < deadline:  # the provider is done...
+        time.sleep(0.05)
+    assert mock_stats(mock)["active"] == 0
+    resp = conn.getresponse()  # ...and only now does the client read
+    assert resp.status == 200
+    events = [orjson.loads(e[6:]) for e in resp.read().split(b"\n\n") if e.startswith(b"data: {")]
+    text = "".join(c["choices"][0]["delta"].get("content", "") for c in events if c["choices"])
+    assert text == "".join(f"tok{k} " for k in range(n))
+    assert events[-1]["usage"]["completion_tokens"] == n
+    assert before - wallet(redis_url, account_id)["balance"] == cost("mock/chat-1", 5, n)
+    assert wallet(redis_url, account_id)["held"] == 0
+    conn.close()
 
 
 def test_upstream_connections_are_reused(node, mock, funded):

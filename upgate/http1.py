@@ -594,6 +594,11 @@ class Request(httputil.HTTPConnection):
     def write(self, chunk: bytes) -> asyncio.Future:
         return self.conn.send(self._frame(chunk))
 
+    def writable(self) -> bool:
+        """A write now goes out without waiting: the connection is open and its client reads."""
+        conn = self.conn
+        return conn.stalled_since is None and not conn.gone()
+
     def _frame(self, chunk: bytes) -> bytes:
         if self.remaining_out is not None:
             self.remaining_out -= len(chunk)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections import deque
 
 import orjson
 import redis.exceptions
@@ -286,22 +287,56 @@ class ProxyHandler(BaseHandler):
         self.last_write = time.monotonic()
 
     async def _relay_stream(self, call, model, body) -> None:
+        """Events are parsed in libcurl's write callback (relay_now). While this task waits,
+        content events go straight to the client from there: no task wake per event, which
+        was a fifth of a stream's cost. Everything else (the usage event, which settles; an
+        error; [DONE]; a malformed event), everything after it, and everything that comes
+        while this task is busy or the client is not reading, goes to the backlog, which
+        this task relays in order."""
         self._open_sse()
         self.flush()
         parser = sse.SSEParser()
         # The gateway asked upstream for usage on the client's behalf; a client that did not ask
         # must not get a chunk with empty `choices` (common code indexes choices[0]).
         relay_usage = _client_wants_usage(body) or self._meta
+        out = self.request.connection
+        backlog: deque[bytes] = deque()  # events for this task, in arrival order
+        parked = False  # this task waits in call.wait(): relay_now may write itself
         chars = 0
-        usage = None
         last: dict = {}  # the last chunk relayed: a usage chunk of our own copies its id
-        done = False
-        try:
-            while not done:
-                data = await call.read()
-                if data is None:
+
+        def relay_now(data: bytes) -> bool:
+            nonlocal chars, last
+            events = parser.feed(data)
+            if not events:
+                return False
+            if not parked or backlog or not out.writable():
+                backlog.extend(events)
+                return True
+            sent = []
+            for n, payload in enumerate(events):
+                obj = _content_event(payload)
+                if obj is None:
+                    backlog.extend(events[n:])
                     break
-                for payload in parser.feed(data):
+                chars += _chars_chunk(obj)
+                obj["model"] = model.id
+                obj.setdefault("provider", model.provider)
+                sent.append(sse.event(orjson.dumps(obj)))
+                last = obj
+            if sent:
+                out.write(b"".join(sent))
+                self.last_write = time.monotonic()
+            return bool(backlog)
+
+        usage = None
+        done = False
+        call.relay_to(relay_now)
+        try:
+            while True:
+                wrote = False
+                while backlog and not done and not self._gone:
+                    payload = backlog.popleft()
                     if payload == b"[DONE]":
                         done = True
                         break
@@ -328,15 +363,30 @@ class ProxyHandler(BaseHandler):
                     obj.setdefault("provider", model.provider)
                     self.write(sse.event(orjson.dumps(obj)))
                     last = obj
-                if not self._gone:
+                    wrote = True
+                if wrote and not self._gone:
                     self.last_write = time.monotonic()
                     await self.flush()
+                    continue  # more may have come meanwhile
+                if done or self._gone:
+                    break
+                if call.over:
+                    if call.error is not None:
+                        raise call.error
+                    break
+                parked = True
+                try:
+                    await call.wait()
+                finally:
+                    parked = False
         except (UpstreamCut, UpstreamTimeout) as e:
             self._attempt_over()
             await self._cut(model, body, chars, str(e) or None)
             return
         except tornado.iostream.StreamClosedError:
             self._gone = True
+        finally:
+            backlog.clear()
         self._attempt_over()
         if self._gone or not done and not self._billed:
             # the client left, or the provider ended without [DONE]: bill what was relayed
@@ -460,6 +510,20 @@ def _int(value, default: int) -> int:
 def _tokens(chars: int) -> int:
     """Estimate tokens from relayed characters (about four characters a token)."""
     return (chars + 3) // 4
+
+
+def _content_event(payload: bytes) -> dict | None:
+    """The event as a dict when it is plain content (no usage, no error): what libcurl's
+    callback may relay by itself. None for anything the relay's task must see."""
+    if payload == b"[DONE]":
+        return None
+    try:
+        obj = orjson.loads(payload)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(obj, dict) or isinstance(obj.get("usage"), dict) or isinstance(obj.get("error"), dict):
+        return None
+    return obj
 
 
 def _error_message(err: dict) -> str:

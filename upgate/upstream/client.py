@@ -12,6 +12,7 @@ any body byte arrived.
 """
 
 import asyncio
+import logging
 import time
 from collections import deque
 
@@ -31,6 +32,8 @@ _UNREACHABLE = frozenset((
 # A response body past this is refused (a broken or hostile provider must not fill memory).
 _MAX_BODY = 100 * 1024 * 1024
 _USER_AGENT = f"upgate/{__version__}"
+
+log = logging.getLogger("upgate")
 
 
 class UpstreamError(Exception):
@@ -59,7 +62,7 @@ class UpstreamCall:
 
     __slots__ = ("status", "first_byte_at", "_client", "_loop", "_chunks", "_header_lines",
                  "_headers", "_received", "_waiter", "_headers_done", "_done", "_error",
-                 "_cancelled", "_curl", "_last", "_timer", "_silence_s")
+                 "_cancelled", "_curl", "_last", "_timer", "_silence_s", "_consumer")
 
     def __init__(self, client: "UpstreamClient", silence_s: float) -> None:
         self.status = 0
@@ -77,6 +80,7 @@ class UpstreamCall:
         self._cancelled = False
         self._curl: pycurl.Curl | None = None
         self._silence_s = silence_s
+        self._consumer = None  # relay_to()
         self._last = self._loop.time()
         # One timer per call, re-armed only when it fires: cheaper than moving it per chunk.
         self._timer: asyncio.TimerHandle | None = self._loop.call_later(silence_s, self._on_silence)
@@ -111,6 +115,29 @@ class UpstreamCall:
             if self._done:
                 return None
             await self._wait()
+
+    def relay_to(self, consumer) -> None:
+        """Hand every body chunk to `consumer(chunk)` as libcurl delivers it, inside its write
+        callback, instead of queueing it for read(); chunks already queued go first. The
+        consumer returns True to wake the task in wait(). A stream relayed this way costs no
+        task wake per event (the relay's consumer writes plain events to its client itself)."""
+        self._consumer = consumer
+        while self._chunks:
+            consumer(self._chunks.popleft())
+
+    async def wait(self) -> None:
+        """With a consumer: return when it asks for the task, or the transfer is over (see
+        `over`); never raises."""
+        if not self.over:
+            await self._wait()
+
+    @property
+    def over(self) -> bool:
+        return self._done or self._error is not None
+
+    @property
+    def error(self) -> "UpstreamError | None":
+        return self._error
 
     async def body(self) -> bytes:
         """The rest of the body at once (error bodies, non-stream responses)."""
@@ -170,8 +197,18 @@ class UpstreamCall:
         self._last = self._loop.time()
         if self.first_byte_at is None:
             self.first_byte_at = time.monotonic()  # not loop.time(): uvloop's is in whole ms
-        self._chunks.append(chunk)
-        self._wake()
+        if self._consumer is None:
+            self._chunks.append(chunk)
+            self._wake()
+        else:
+            try:
+                wake = self._consumer(chunk)
+            except Exception:  # a bug of the relay's: end the transfer rather than hide it
+                log.exception("relaying an upstream chunk failed")
+                self._error = UpstreamCut("the relay failed")
+                return 0
+            if wake:
+                self._wake()
         return None
 
     def _on_silence(self) -> None:
