@@ -30,7 +30,24 @@ def machine() -> dict:
     except OSError:
         pass
     return {"nproc": len(os.sched_getaffinity(0)), "cpu_count": os.cpu_count(), "cpu_model": model,
-            "ram_gb": round(mem_kb / 1024 / 1024, 1), "kernel": platform.release()}
+            "ram_gb": round(mem_kb / 1024 / 1024, 1), "kernel": platform.release(), "idle": idle_policy()}
+
+
+def idle_policy() -> str:
+    """How an idle CPU waits: on a VM, a vCPU that halts at once (guest halt polling off) costs
+    every wake-up of a sleeping process tens of µs, and a request wakes something six times."""
+    def read(path: str) -> str | None:
+        try:
+            with open(path) as f:
+                return f.read().strip()
+        except OSError:
+            return None
+    driver = read("/sys/devices/system/cpu/cpuidle/current_driver") or "unknown"
+    poll_ns = read("/sys/module/haltpoll/parameters/guest_halt_poll_ns")
+    if poll_ns is None:
+        return f"cpuidle driver {driver}"
+    return f"cpuidle driver {driver}, guest_halt_poll_ns {poll_ns}" + (
+        " (halt polling off: the kernel's default is 200000)" if poll_ns == "0" else "")
 
 
 _SPEED_BODY = orjson.dumps({"model": "mock/chat-1", "max_tokens": 64, "stream": False,
@@ -189,7 +206,7 @@ def markdown(r: dict) -> str:
         "## Machine",
         "",
         f"- {m['nproc']} CPUs usable ({m['cpu_count']} online): {m['cpu_model']}",
-        f"- RAM {m['ram_gb']} GB; Linux {m['kernel']}",
+        f"- RAM {m['ram_gb']} GB; Linux {m['kernel']}; idle CPUs: {m.get('idle', 'unknown')}",
         f"- Python speed at the start (`bench.report.python_speed`, a fixed request-shaped workload "
         f"on the gateway's CPU): {r.get('python_speed_krounds_s', 0)} k rounds/s. The machine is a VM "
         "whose speed varies 2-3x over a day; compare runs by this figure.",
