@@ -98,6 +98,26 @@ def test_the_loop_polls_while_a_reply_is_due_and_sleeps_past_the_spin_window(red
     run(redis_url, test)
 
 
+def test_no_spin_while_replies_are_slower_than_the_window(redis_url):
+    """A store whose replies take longer than the window (far away, loaded) is not worth
+    polling for: the loop would burn the window and sleep anyway."""
+    async def test(client, echo, slow):
+        channel = client.scripts
+        for _ in range(3):
+            assert await client.evalsha(slow, 0, 20) == b"slept"
+        call = asyncio.ensure_future(client.evalsha(echo, 0, "x"))
+        await asyncio.sleep(0)
+        assert not channel._spinning
+        await call
+        for _ in range(100):  # fast replies bring the average down: polling comes back
+            await client.evalsha(echo, 0, "x")
+        call = asyncio.ensure_future(client.evalsha(echo, 0, "x"))
+        await asyncio.sleep(0)
+        assert channel._spinning
+        await call
+    run(redis_url, test)
+
+
 def test_a_killed_connection_fails_the_calls_in_flight_and_the_next_call_reconnects(redis_url, r):
     async def test(client, echo, slow):
         assert await client.evalsha(echo, 0, "first") == b"first"

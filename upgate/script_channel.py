@@ -24,7 +24,8 @@ While a reply is due, the loop polls rather than sleeps, for at most SPIN_S afte
 call. A reply takes ~100 µs; an idle CPU that goes to sleep and is woken for it costs ~40 µs
 more on a VM whose idle vCPUs halt without polling (this machine's guest_halt_poll_ns is 0),
 twice per request. The spin ends when the last reply is in, so it costs at most the round
-trip's own time, and nothing at all under load, when the loop never sleeps anyway.
+trip's own time. It is skipped while replies take longer than SPIN_S on average (a store
+across a network, a loaded one): there it would burn the whole window and still sleep.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from redis._parsers.base import BaseParser
 from redis.exceptions import ConnectionError, InvalidResponse, TimeoutError
 
 SPIN_S = 0.0005
+_clock = time.perf_counter
 
 
 class _Link(asyncio.Protocol):
@@ -57,10 +59,12 @@ class _Link(asyncio.Protocol):
         if channel._link is not self:
             return
         parser, pending = self.parser, channel._pending
+        now = _clock()
         try:
             parser.feed(data)
             while (reply := parser.gets()) is not False:
-                future, _sent = pending.popleft()
+                future, sent = pending.popleft()
+                channel.rtt += (now - sent - channel.rtt) / 8  # a moving average of round trips
                 if future.done():
                     continue  # its caller was cancelled
                 if isinstance(reply, Exception):
@@ -96,6 +100,7 @@ class ScriptChannel:
         self._watchdog: asyncio.TimerHandle | None = None
         self._spin_until = 0.0
         self._spinning = False
+        self.rtt = 0.0  # seconds
 
     async def execute(self, *args):
         if self._link is None:
@@ -113,13 +118,15 @@ class ScriptChannel:
                 loop.call_soon(self._flush)
         else:
             self._link.transport.write(packed)  # an idle connection: nothing to wait for
-        self._pending.append((future, loop.time()))
+        now = _clock()
+        self._pending.append((future, now))
         if self._watchdog is None:
             self._watchdog = loop.call_later(self._timeout_s, self._check)
-        self._spin_until = time.perf_counter() + SPIN_S
-        if not self._spinning:
-            self._spinning = True
-            loop.call_soon(self._spin)
+        if self.rtt < SPIN_S:
+            self._spin_until = now + SPIN_S
+            if not self._spinning:
+                self._spinning = True
+                loop.call_soon(self._spin)
         return await future
 
     async def close(self) -> None:
@@ -142,7 +149,7 @@ class ScriptChannel:
 
     def _spin(self) -> None:
         """A callback that is always due keeps the loop polling its sockets without sleeping."""
-        if self._pending and time.perf_counter() < self._spin_until:
+        if self._pending and _clock() < self._spin_until:
             asyncio.get_running_loop().call_soon(self._spin)
         else:
             self._spinning = False
@@ -151,7 +158,7 @@ class ScriptChannel:
         self._watchdog = None
         if not self._pending:
             return
-        late = asyncio.get_running_loop().time() - self._pending[0][1]
+        late = _clock() - self._pending[0][1]
         if late >= self._timeout_s:
             self._drop(TimeoutError("Timeout reading from the store"))
         else:
