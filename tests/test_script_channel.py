@@ -109,12 +109,15 @@ def test_no_spin_while_replies_are_slower_than_the_window(redis_url):
         await asyncio.sleep(0)
         assert not channel._spinning
         await call
-        for _ in range(100):  # fast replies bring the average down: polling comes back
-            await client.evalsha(echo, 0, "x")
-        call = asyncio.ensure_future(client.evalsha(echo, 0, "x"))
-        await asyncio.sleep(0)
-        assert channel._spinning
-        await call
+        spun = False
+        for _ in range(2000):  # fast replies bring the average down: polling comes back
+            call = asyncio.ensure_future(client.evalsha(echo, 0, "x"))
+            await asyncio.sleep(0)
+            spun = channel._spinning
+            await call
+            if spun:
+                break
+        assert spun
     run(redis_url, test)
 
 

@@ -20,8 +20,8 @@ cancelled while waiting leaves its reply to be read and dropped, where redis-py 
 throw the whole connection away. The connection is opened by redis-py itself, so AUTH,
 TLS, SELECT and the client's other options are the pool's.
 
-While a reply is due, the loop polls rather than sleeps, for at most SPIN_S after the last
-call. A reply takes ~100 µs; an idle CPU that goes to sleep and is woken for it costs ~40 µs
+While a reply is due, the loop polls rather than sleeps, until the oldest call in flight is
+SPIN_S old. A reply takes ~100 µs; an idle CPU that goes to sleep and is woken for it costs ~40 µs
 more on a VM whose idle vCPUs halt without polling (this machine's guest_halt_poll_ns is 0),
 twice per request. The spin ends when the last reply is in, so it costs at most the round
 trip's own time. It is skipped while replies take longer than SPIN_S on average (a store
@@ -98,7 +98,6 @@ class ScriptChannel:
         self._out: list[bytes] = []  # packed commands of this loop turn, not yet written
         self._flush_due = False
         self._watchdog: asyncio.TimerHandle | None = None
-        self._spin_until = 0.0
         self._spinning = False
         self.rtt = 0.0  # seconds
 
@@ -122,11 +121,9 @@ class ScriptChannel:
         self._pending.append((future, now))
         if self._watchdog is None:
             self._watchdog = loop.call_later(self._timeout_s, self._check)
-        if self.rtt < SPIN_S:
-            self._spin_until = now + SPIN_S
-            if not self._spinning:
-                self._spinning = True
-                loop.call_soon(self._spin)
+        if self.rtt < SPIN_S and not self._spinning:
+            self._spinning = True
+            loop.call_soon(self._spin)
         return await future
 
     async def close(self) -> None:
@@ -149,7 +146,8 @@ class ScriptChannel:
 
     def _spin(self) -> None:
         """A callback that is always due keeps the loop polling its sockets without sleeping."""
-        if self._pending and _clock() < self._spin_until:
+        pending = self._pending
+        if pending and _clock() - pending[0][1] < SPIN_S:  # (a late reply: sleep till it comes)
             asyncio.get_running_loop().call_soon(self._spin)
         else:
             self._spinning = False

@@ -6,6 +6,7 @@ byte, so a client that reads /v1/svc/me right after sees the charge.
 """
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 import time
@@ -29,6 +30,7 @@ from upgate.upstream.errors import map_error
 
 log = logging.getLogger("upgate")
 
+_BATCH = 64 * 1024  # bytes of a stream's backlog written before waiting for the client
 _NO_FALLBACK = {"invalid_request"}  # the next model would refuse the same body
 _RATE_CODES = {"upstream_rate_limited", "free_capacity_exhausted"}
 
@@ -302,30 +304,34 @@ class ProxyHandler(BaseHandler):
         out = self.request.connection
         backlog: deque[bytes] = deque()  # events for this task, in arrival order
         parked = False  # this task waits in call.wait(): relay_now may write itself
-        chars = 0
+        ended = False  # the relay is over: whatever else the provider sends is dropped
+        chars = 0  # of content the client was sent: what a cut stream is billed for
         last: dict = {}  # the last chunk relayed: a usage chunk of our own copies its id
 
         def relay_now(data: bytes) -> bool:
             nonlocal chars, last
+            if ended:
+                return False
             events = parser.feed(data)
             if not events:
                 return False
             if not parked or backlog or not out.writable():
                 backlog.extend(events)
                 return True
-            sent = []
+            sent, n_chars = [], 0
             for n, payload in enumerate(events):
                 obj = _content_event(payload)
                 if obj is None:
                     backlog.extend(events[n:])
                     break
-                chars += _chars_chunk(obj)
+                n_chars += _chars_chunk(obj)
                 obj["model"] = model.id
                 obj.setdefault("provider", model.provider)
                 sent.append(sse.event(orjson.dumps(obj)))
                 last = obj
             if sent:
                 out.write(b"".join(sent))
+                chars += n_chars
                 self.last_write = time.monotonic()
             return bool(backlog)
 
@@ -334,8 +340,12 @@ class ProxyHandler(BaseHandler):
         call.relay_to(relay_now)
         try:
             while True:
-                wrote = False
-                while backlog and not done and not self._gone:
+                wrote = 0
+                # in batches: a client that reads slowly then waits for one batch at a time
+                # (the whole backlog in one write would keep it "not reading" for as long as it
+                # takes to read it all, and the sweep would cut it), and other connections get
+                # the loop between batches
+                while backlog and not done and not self._gone and wrote < _BATCH:
                     payload = backlog.popleft()
                     if payload == b"[DONE]":
                         done = True
@@ -361,12 +371,15 @@ class ProxyHandler(BaseHandler):
                             del obj["usage"]
                     obj["model"] = model.id
                     obj.setdefault("provider", model.provider)
-                    self.write(sse.event(orjson.dumps(obj)))
+                    event = sse.event(orjson.dumps(obj))
+                    self.write(event)
                     last = obj
-                    wrote = True
+                    wrote += len(event)
                 if wrote and not self._gone:
                     self.last_write = time.monotonic()
                     await self.flush()
+                    if backlog:
+                        await asyncio.sleep(0)
                     continue  # more may have come meanwhile
                 if done or self._gone:
                     break
@@ -386,6 +399,7 @@ class ProxyHandler(BaseHandler):
         except tornado.iostream.StreamClosedError:
             self._gone = True
         finally:
+            ended = True
             backlog.clear()
         self._attempt_over()
         if self._gone or not done and not self._billed:
@@ -531,9 +545,15 @@ def _error_message(err: dict) -> str:
     return msg if isinstance(msg, str) else "The provider returned an error."
 
 
+def _list(value) -> list:
+    """A field that should hold a list: anything else counts as empty (a provider's odd shape
+    must not crash the count a cut stream is billed by)."""
+    return value if isinstance(value, list) else []
+
+
 def _chars_chunk(obj: dict) -> int:
     n = 0
-    for choice in obj.get("choices") or ():
+    for choice in _list(obj.get("choices")):
         if not isinstance(choice, dict):
             continue
         delta = choice.get("delta")
@@ -542,7 +562,7 @@ def _chars_chunk(obj: dict) -> int:
                 v = delta.get(field)
                 if isinstance(v, str):
                     n += len(v)
-            for call in delta.get("tool_calls") or ():
+            for call in _list(delta.get("tool_calls")):
                 fn = call.get("function") if isinstance(call, dict) else None
                 if isinstance(fn, dict) and isinstance(fn.get("arguments"), str):
                     n += len(fn["arguments"])
@@ -554,7 +574,7 @@ def _chars_chunk(obj: dict) -> int:
 
 def _chars_json(obj: dict) -> int:
     n = 0
-    for choice in obj.get("choices") or ():
+    for choice in _list(obj.get("choices")):
         if not isinstance(choice, dict):
             continue
         msg = choice.get("message")

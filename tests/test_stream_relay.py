@@ -1,0 +1,129 @@
+"""The stream relay's two paths (upgate/handlers/proxy.py: events written from libcurl's
+callback, or by the handler's task from its backlog) under provider output and client
+behaviour the end-to-end tests do not reach: odd event shapes, and a client that reads
+steadily but slower than the provider writes."""
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+import time
+
+import httpx
+import orjson
+import pytest
+
+from tests.gateway import Node, load_catalog, seed
+from tests.gateway import test_settings as settings_for
+from tests.scripted_upstream import ScriptedUpstream, content, event
+from tests.test_proxy import HELLO, cost, wallet
+from upgate import http1, sizing
+
+pytestmark = pytest.mark.timeout(120)
+BODY = {"model": "mock/chat-1", "messages": HELLO, "stream": True}
+ODD = {"id": "x", "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"tool_calls": 5}}]}
+
+
+@pytest.fixture
+def upstream():
+    up = ScriptedUpstream()
+    yield up
+    up.close()
+
+
+@pytest.fixture
+def scripted_node(redis_url, upstream):
+    load_catalog(redis_url)
+    node = Node(settings_for(redis_url), {"mock": upstream.provider()})
+    yield node
+    node.close()
+
+
+def stream_text(node, key) -> tuple[bytes, str]:
+    with httpx.Client(timeout=20) as x:
+        with x.stream("POST", node.base + "/chat/completions", json=BODY,
+                      headers={"Authorization": f"Bearer {key}"}) as r:
+            raw = b"".join(r.iter_bytes())
+    text = ""
+    for e in raw.split(b"\n\n"):
+        if e.startswith(b"data: {"):
+            for choice in orjson.loads(e[6:]).get("choices") or ():
+                text += (choice.get("delta") or {}).get("content") or ""
+    return raw, text
+
+
+@pytest.mark.parametrize("path", ["written from libcurl's callback", "written by the task"])
+def test_an_odd_event_is_relayed_and_the_bill_counts_what_the_client_got(path, redis_url, upstream,
+                                                                        scripted_node):
+    """An event of an unexpected shape (`tool_calls` not a list) must neither drop content the
+    client was never sent but is billed for, nor end the stream with the content unpaid."""
+    key, account_id, _ = seed(redis_url, balance="100000")
+    if path == "written by the task":  # a non-object event first sends the rest to the backlog
+        upstream.script = [(0.2, event(b"[1]") + event(content("B" * 400)) + event(ODD)),
+                           (0.2, event(b"[DONE]"))]
+    else:  # the task is parked: the callback writes content itself
+        upstream.script = [(0.2, event(content("hi"))), (0.2, event(content("A" * 400)) + event(ODD)),
+                           (0.2, event(b"[DONE]"))]
+    before = wallet(redis_url, account_id)
+    raw, text = stream_text(scripted_node, key)
+    assert raw.endswith(b"data: [DONE]\n\n")
+    assert len(text) in (400, 402)
+    after = wallet(redis_url, account_id)
+    prompt = sizing.prompt_tokens(BODY)  # the provider sent no usage: both are estimates
+    assert before["balance"] - after["balance"] == cost("mock/chat-1", prompt, (len(text) + 3) // 4)
+    assert after["held"] == 0
+
+
+def test_a_client_reading_steadily_but_slowly_is_not_taken_for_one_that_stopped(node, redis_url,
+                                                                                monkeypatch):
+    """The gateway writes a backlog in batches, waiting for the client between them: written in
+    one piece, the client would look "not reading" for as long as it takes to read it all, and
+    the idle sweep would cut a stream that is being read the whole time."""
+    made = http1.Connection.connection_made
+
+    def small_buffer(self, transport):
+        made(self, transport)
+        transport.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 8192)
+    monkeypatch.setattr(http1.Connection, "connection_made", small_buffer)
+    key, account_id, _ = seed(redis_url, balance="1000000")
+    server = node.server
+    server.idle_timeout_s = 1.0
+    stop = threading.Event()
+
+    async def sweep():  # the node sweeps every 5 s; this test's limit is 1 s
+        while not stop.is_set():
+            await asyncio.sleep(0.1)
+            server.close_idle()
+    sweeper = asyncio.run_coroutine_threadsafe(sweep(), node.thread.loop)
+
+    n, rate = 4000, 80_000  # ~700 KB of events, read at 80 KB/s: the provider is far faster
+    body = orjson.dumps({**BODY, "max_tokens": n, "stream_options": {"include_usage": True},
+                         "mock": {"chunks": n, "chunk_delay_ms": 1}})
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.connect(("127.0.0.1", node.port))
+    sock.settimeout(20)
+    sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %b\r\n"
+                 b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%b"
+                 % (key.encode(), len(body), body))
+    got, start = bytearray(), time.monotonic()
+    try:
+        while not got.endswith(b"0\r\n\r\n"):
+            if len(got) > (time.monotonic() - start) * rate:
+                time.sleep(0.01)
+                continue
+            piece = sock.recv(2048)
+            if not piece:
+                break
+            got += piece
+    finally:
+        stop.set()
+        sweeper.result(5)
+        sock.close()
+    assert b"data: [DONE]" in got[-300:], "the stream was cut"
+    assert before_after_exact(redis_url, account_id, n)
+
+
+def before_after_exact(redis_url, account_id, n) -> bool:
+    w = wallet(redis_url, account_id)
+    return w["held"] == 0 and 1_000_000_000_000 - w["balance"] == cost("mock/chat-1", 5, n)
