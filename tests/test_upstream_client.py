@@ -85,6 +85,52 @@ async def test_stream_relay_reads_chunk_one_before_chunk_two_is_sent(server, cli
 
 
 @with_mock()
+async def test_a_consumer_gets_queued_chunks_first_then_each_chunk_as_it_comes(server, client):
+    call = chat(server, client, gate_after=1, chunks=3)
+    await call.start()
+    await until(lambda: call._chunks)  # chunk 1 is queued before anyone consumes
+    got, parser = [], SSEParser()
+
+    def consume(chunk: bytes) -> bool:
+        got.extend(parser.feed(chunk))
+        return b"[DONE]" in chunk  # wake the task only at the end
+    call.relay_to(consume)
+    assert len(got) == 1 and b"tok0 " in got[0]  # the queued chunk, at once, in order
+    server.mock_state.release.set()
+    while not call.over:
+        await call.wait()
+    assert call.error is None
+    assert [orjson.loads(e)["choices"][0]["delta"]["content"] for e in got[:3]] == ["tok0 ", "tok1 ", "tok2 "]
+    assert got[-1] == b"[DONE]"
+    assert await call.read() is None  # nothing was queued behind the consumer
+
+
+def _broken(chunk: bytes) -> bool:
+    raise TypeError("a bug in the relay")
+
+
+@with_mock()
+async def test_a_consumer_that_raises_in_libcurls_callback_ends_the_transfer_as_a_cut(server, client):
+    call = chat(server, client, chunks=50, chunk_delay_ms=20, gate_after=0)
+    await call.start()
+    call.relay_to(_broken)  # nothing queued yet: the first chunk reaches it inside libcurl
+    server.mock_state.release.set()
+    await call.wait()
+    assert isinstance(call.error, UpstreamCut)
+    await until(lambda: server.mock_state.active == 0)  # the provider's transfer was stopped
+
+
+@with_mock()
+async def test_a_consumer_that_raises_on_a_queued_chunk_ends_the_transfer_as_a_cut(server, client):
+    call = chat(server, client, chunks=50, chunk_delay_ms=20)
+    await call.start()
+    await until(lambda: call._chunks)
+    call.relay_to(_broken)
+    assert isinstance(call.error, UpstreamCut) and call.over
+    await until(lambda: server.mock_state.active == 0)
+
+
+@with_mock()
 async def test_chunks_arrive_one_at_a_time_with_a_delay(server, client):
     call = chat(server, client, chunks=2, chunk_delay_ms=200)
     await call.start()

@@ -123,7 +123,10 @@ class UpstreamCall:
         task wake per event (the relay's consumer writes plain events to its client itself)."""
         self._consumer = consumer
         while self._chunks:
-            consumer(self._chunks.popleft())
+            if self._relay(self._chunks.popleft()) is None:
+                self._chunks.clear()
+                self._fail(UpstreamCut("the relay failed"))
+                return
 
     async def wait(self) -> None:
         """With a consumer: return when it asks for the task, or the transfer is over (see
@@ -201,15 +204,23 @@ class UpstreamCall:
             self._chunks.append(chunk)
             self._wake()
         else:
-            try:
-                wake = self._consumer(chunk)
-            except Exception:  # a bug of the relay's: end the transfer rather than hide it
-                log.exception("relaying an upstream chunk failed")
-                self._error = UpstreamCut("the relay failed")
-                return 0
+            wake = self._relay(chunk)
+            if wake is None:
+                return 0  # libcurl ends the transfer
             if wake:
                 self._wake()
         return None
+
+    def _relay(self, chunk: bytes) -> bool | None:
+        """The consumer's answer for `chunk`; None when it raised (a bug of the relay's: the
+        transfer ends as a cut rather than the error going unseen)."""
+        try:
+            return bool(self._consumer(chunk))
+        except Exception:
+            log.exception("relaying an upstream chunk failed")
+            if self._error is None:
+                self._error = UpstreamCut("the relay failed")
+            return None
 
     def _on_silence(self) -> None:
         self._timer = None
