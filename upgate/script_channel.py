@@ -21,9 +21,9 @@ throw the whole connection away. The connection is opened by redis-py itself, so
 TLS, SELECT and the client's other options are the pool's.
 
 While a reply is due, the loop polls rather than sleeps, until the oldest call in flight is
-SPIN_S old. A reply takes ~100 µs; an idle CPU that goes to sleep and is woken for it costs ~40 µs
-more on a VM whose idle vCPUs halt without polling (this machine's guest_halt_poll_ns is 0),
-twice per request. The spin ends when the last reply is in, so it costs at most the round
+SPIN_S old. A reply takes ~100 µs; an idle CPU that goes to sleep and is woken for it costs
+~40 µs more on a VM whose idle vCPUs halt without polling (this machine's guest_halt_poll_ns
+is 0), twice per request. The spin ends when the last reply is in, so it costs at most the round
 trip's own time. It is skipped while replies take longer than SPIN_S on average (a store
 across a network, a loaded one): there it would burn the whole window and still sleep.
 """
