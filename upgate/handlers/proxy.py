@@ -264,8 +264,7 @@ class ProxyHandler(BaseHandler):
         prompt = _int(usage.get("prompt_tokens"), sizing.prompt_tokens(body))
         completion = _int(usage.get("completion_tokens"), _tokens(_chars_json(obj)))
         await self._settle(model, body, prompt, completion)
-        obj["model"] = model.id
-        obj.setdefault("provider", model.provider)
+        _as_ours(obj, model)
         self._add_meta(obj, model)
         self.finish(orjson.dumps(obj))
 
@@ -325,8 +324,7 @@ class ProxyHandler(BaseHandler):
                     backlog.extend(events[n:])
                     break
                 n_chars += _chars_chunk(obj)
-                obj["model"] = model.id
-                obj.setdefault("provider", model.provider)
+                _as_ours(obj, model)
                 sent.append(sse.event(orjson.dumps(obj)))
                 last = obj
             if sent:
@@ -369,8 +367,7 @@ class ProxyHandler(BaseHandler):
                             if not obj.get("choices"):
                                 continue
                             del obj["usage"]
-                    obj["model"] = model.id
-                    obj.setdefault("provider", model.provider)
+                    _as_ours(obj, model)
                     event = sse.event(orjson.dumps(obj))
                     self.write(event)
                     last = obj
@@ -524,6 +521,13 @@ def _int(value, default: int) -> int:
 def _tokens(chars: int) -> int:
     """Estimate tokens from relayed characters (about four characters a token)."""
     return (chars + 3) // 4
+
+
+def _as_ours(obj: dict, model) -> None:
+    """A provider's answer or chunk as the client sees it: our model id, the provider named
+    (both stream paths and the JSON answer must agree)."""
+    obj["model"] = model.id
+    obj.setdefault("provider", model.provider)
 
 
 def _content_event(payload: bytes) -> dict | None:
