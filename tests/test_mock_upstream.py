@@ -5,6 +5,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -213,3 +214,48 @@ def test_bad_json_body_is_an_openai_style_400(url) -> None:
         urllib.request.urlopen(request, timeout=10)
     assert caught.value.code == 400
     assert "message" in json.load(caught.value)["error"]
+
+
+def _events(url: str, mock: dict, **body) -> list:
+    """The stream's events as sent, with the per-request id and clock taken out."""
+    doc = {"model": "mock/chat-1", "messages": MESSAGES, "stream": True, "mock": mock, **body}
+    request = urllib.request.Request(url + "/v1/chat/completions", data=json.dumps(doc).encode(),
+                                     method="POST", headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=10) as response:
+        assert response.headers["Content-Type"] == "text/event-stream"
+        raw = response.read().decode()
+    assert raw.endswith("data: [DONE]\n\n")
+    events = []
+    for block in raw.split("\n\n")[:-2]:
+        event = json.loads(block.removeprefix("data: "))
+        events.append({k: v for k, v in event.items() if k not in ("id", "created")})
+    return events
+
+
+@pytest.mark.parametrize("body", [{}, {"stream_options": {"include_usage": True}, "n": 2}])
+def test_a_paced_stream_sends_what_an_unpaced_one_does(url, body) -> None:
+    # a paced stream with no fault switch is written from timers, not the coroutine loop
+    unpaced = _events(url, {"chunks": 4}, **body)
+    paced = _events(url, {"chunks": 4, "chunk_delay_ms": 5}, **body)
+    assert paced == unpaced
+    assert len(unpaced) == 4 * body.get("n", 1) + body.get("n", 1) + ("stream_options" in body)
+    assert get(url + "/_mock/stats")["active"] == 0
+
+
+def test_a_client_leaving_a_paced_stream_is_counted_and_released(url) -> None:
+    doc = {"model": "mock/chat-1", "messages": MESSAGES, "stream": True,
+           "mock": {"chunks": 1000, "chunk_delay_ms": 5}}
+    host, port = url.removeprefix("http://").split(":")
+    body = json.dumps(doc).encode()
+    with socket.create_connection((host, int(port)), timeout=10) as s:
+        s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+        seen = b""
+        while seen.count(b"data: ") < 3:  # the stream is under way
+            seen += s.recv(65536)
+    for _ in range(200):  # the mock notices the close at its next write or read
+        stats = get(url + "/_mock/stats")
+        if stats["disconnects"] == 1 and stats["active"] == 0:
+            break
+        time.sleep(0.05)
+    assert (stats["disconnects"], stats["active"]) == (1, 0)
