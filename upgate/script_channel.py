@@ -98,7 +98,7 @@ class ScriptChannel:
         self._out: list[bytes] = []  # packed commands of this loop turn, not yet written
         self._flush_due = False
         self._watchdog: asyncio.TimerHandle | None = None
-        self._spinning = False
+        self._spinning: asyncio.AbstractEventLoop | None = None  # the loop kept polling, if any
         self.rtt = 0.0  # seconds
 
     async def execute(self, *args):
@@ -121,8 +121,8 @@ class ScriptChannel:
         self._pending.append((future, now))
         if self._watchdog is None:
             self._watchdog = loop.call_later(self._timeout_s, self._check)
-        if self.rtt < SPIN_S and not self._spinning:
-            self._spinning = True
+        if self.rtt < SPIN_S and self._spinning is None:
+            self._spinning = loop
             loop.call_soon(self._spin)
         return await future
 
@@ -145,12 +145,13 @@ class ScriptChannel:
             self._link.transport.write(b"".join(out))
 
     def _spin(self) -> None:
-        """A callback that is always due keeps the loop polling its sockets without sleeping."""
+        """A callback that is always due keeps the loop polling its sockets without sleeping.
+        (The loop is kept, not looked up: on Python 3.11 each lookup is a getpid() syscall.)"""
         pending = self._pending
         if pending and _clock() - pending[0][1] < SPIN_S:  # (a late reply: sleep till it comes)
-            asyncio.get_running_loop().call_soon(self._spin)
+            self._spinning.call_soon(self._spin)
         else:
-            self._spinning = False
+            self._spinning = None
 
     def _check(self) -> None:
         self._watchdog = None
