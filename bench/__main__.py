@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+TARGET_STREAMS = 2000  # the issue's target for concurrent streams at a 20 ms pace
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -134,6 +135,7 @@ def notes(r: dict, plan) -> list[str]:
                    f"{plan.ramp_start_over_s:.0f} s and last {plan.ramp_chunks * plan.stream_pace_ms / 1000:.0f} s. "
                    f"N streams at a {plan.stream_pace_ms} ms pace are N × {1000 // plan.stream_pace_ms} "
                    "events per second through one Python process.")
+    out.extend(_stream_cpu(ramp, plan))
     hold = r.get("hold")
     if hold and hold["peak_flowing"] < 0.9 * hold["n"]:
         out.append(f"In the hold phase {hold['n']:,} streams were requested but at most "
@@ -150,6 +152,24 @@ def notes(r: dict, plan) -> list[str]:
     if not r.get("gateway_alive", True):
         out.append("The gateway process had exited by the end of the run.")
     return out
+
+
+def _stream_cpu(ramp: dict, plan) -> list[str]:
+    """The gateway's CPU per relayed event at each ramp level, and what its kernel share alone
+    says of the target's event rate."""
+    cpu = {n: lv["gateway"].get("cpu_us_per_event", {}).get("gateway") for n, lv in ramp.get("levels", {}).items()}
+    cpu = {n: c for n, c in cpu.items() if c}
+    if not cpu:
+        return []
+    rate = TARGET_STREAMS * 1000 // plan.stream_pace_ms
+    least = min(cpu, key=lambda n: cpu[n]["kernel"])
+    kernel = cpu[least]["kernel"]
+    levels = "; ".join(f"{n:,} streams: {c['user']} µs user + {c['kernel']} µs kernel" for n, c in cpu.items())
+    return [f"The gateway's CPU per relayed event in the ramp ({levels}). {TARGET_STREAMS:,} streams at a "
+            f"{plan.stream_pace_ms} ms pace are {rate:,} events/s; at the least kernel time per event "
+            f"measured ({kernel} µs, at {least:,} streams: a read from the provider's socket and a write "
+            f"to the client's, on loopback TCP) that is {rate * kernel / 1e6:.2f} cores of kernel time "
+            "alone, and one process's event loop runs on one core."]
 
 
 def log(msg: str) -> None:

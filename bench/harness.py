@@ -78,11 +78,17 @@ def rss_kb(pid: int) -> dict[str, int]:
     return out
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time a process has used so far."""
+def cpu_split(pid: int) -> tuple[float, float]:
+    """(user, kernel) CPU seconds a process has used so far."""
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    tick = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / tick, int(fields[12]) / tick
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time a process has used so far."""
+    return sum(cpu_split(pid))
 
 
 def machine_busy_seconds() -> float:

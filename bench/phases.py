@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import orjson
 
 from bench import loadgen as lg
-from bench.harness import MODEL, Monitor, Stack, cpu_seconds, machine_busy_seconds, rss_kb
+from bench.harness import MODEL, Monitor, Stack, cpu_seconds, cpu_split, machine_busy_seconds, rss_kb
 
 HOST = "127.0.0.1"
 PATH = "/v1/chat/completions"
@@ -206,6 +206,11 @@ class Bench:
         ours["other"] = machine_busy_seconds() - sum(ours.values())
         return ours
 
+    def cpu_split(self) -> dict[str, tuple[float, float]]:
+        """(user, kernel) CPU seconds so far of the processes a stream passes through."""
+        return {"gateway": cpu_split(self.s.gateway_pid), "mock": cpu_split(self.s.procs["mock"].pid),
+                "loadgen": tuple(os.times()[:2])}
+
     # -- 3. streaming: TTFB, gaps, concurrent streams
     def stream_latency(self) -> dict:
         p = self.plan
@@ -238,8 +243,10 @@ class Bench:
             for name, port, payloads in (("direct", self.mock_port, direct), ("gateway", self.gw_port, gw)):
                 self.log(f"stream ramp: {n} concurrent streams, {name}, "
                          f"{p.ramp_chunks} chunks {p.stream_pace_ms} ms apart")
+                before = self.cpu_split()
                 st = self.run(lg.streams(HOST, port, payloads, n, p.ramp_start_over_s, 60))
                 level[name] = self._stream_summary(st, p.stream_pace_ms)
+                level[name]["cpu_us_per_event"] = _per_event(before, self.cpu_split(), sum(st.events))
                 level[name]["check"] = self.check(f"ramp {n} {name}", st)
             out["levels"][n] = level
             if not _no_stall(level["gateway"], n):
@@ -348,6 +355,16 @@ def _per_request(before: dict, after: dict, mon: Monitor, background: dict, n: i
             "eval_per_request": round((stats.get("evalsha", 0) + stats.get("eval", 0)) / n, 3),
             "commandstats_per_request": {k: round(v / n, 3) for k, v in sorted(stats.items())},
             "in_script_per_request": {k: round(v / n, 3) for k, v in sorted(mon.in_scripts.items())}}
+
+
+def _per_event(before: dict, after: dict, events: int) -> dict:
+    """Microseconds of user and kernel CPU per event, by process (left out when idle)."""
+    out = {}
+    for name, (user0, sys0) in before.items():
+        user, kernel = (1e6 * (a - b) / max(events, 1) for a, b in zip(after[name], (user0, sys0)))
+        if user + kernel >= 0.5:
+            out[name] = {"user": round(user, 1), "kernel": round(kernel, 1)}
+    return out
 
 
 def _no_stall(level: dict, n: int) -> bool:
