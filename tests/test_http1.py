@@ -74,6 +74,25 @@ class Pieces(tornado.web.RequestHandler):
 
 
 @tornado.web.stream_request_body
+class Prompt(Pieces):
+    """Asks for its body at the end of prepare(), as upgate's BaseHandler does, and says
+    whether post() ran in prepare()'s loop turn or a later one."""
+
+    def prepare(self):
+        super().prepare()
+        self.turned = False
+        asyncio.get_running_loop().call_soon(self._turn)  # runs at the next loop turn
+        self.request.connection.ready_for_body()
+
+    def _turn(self):
+        self.turned = True
+
+    def post(self):
+        turn = b"later turn" if self.turned else b"same turn"
+        self.finish(b"%s: %d %s" % (turn, self.calls, digest(bytes(self.body))))
+
+
+@tornado.web.stream_request_body
 class Failing(tornado.web.RequestHandler):
     async def data_received(self, chunk):
         raise ValueError("the handler broke")
@@ -126,7 +145,7 @@ def server():
     sockets = tornado.netutil.bind_sockets(0, "127.0.0.1")
     app = tornado.web.Application([("/echo", Echo), ("/buffered", Buffered), ("/sluggish", Sluggish),
                                    ("/firehose", Firehose), ("/slow", Slow), ("/big", Big),
-                                   ("/pieces", Pieces), ("/failing", Failing)])
+                                   ("/pieces", Pieces), ("/failing", Failing), ("/prompt", Prompt)])
 
     async def start():
         srv = HTTP1Server(app, max_header_size=4096, max_body_size=1 << 20)
@@ -491,3 +510,34 @@ def test_parse_headers_refuses_hostile_blocks_in_linear_time(block):
 ])
 def test_parse_headers_on_known_blocks(block):
     assert _outcome(parse_headers, block) == _outcome(HTTPHeaders.parse, block)
+
+
+def test_a_body_that_is_all_in_reaches_the_method_in_the_turn_of_prepare(server):
+    body = b"x" * 5000
+    sock = connect(server)
+    sock.sendall(b"POST /prompt HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+    status, _, answer = read_response(sock, bytearray())
+    assert status == b"HTTP/1.1 200 OK"
+    assert answer == b"same turn: 1 " + digest(body)
+
+
+@pytest.mark.parametrize("chunked", [False, True])
+def test_a_body_still_coming_after_prepare_arrives_whole(server, chunked):
+    body = bytes(range(256)) * 40
+    sock = connect(server)
+    if chunked:
+        head = b"POST /prompt HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+        pieces = [b"%x\r\n%s\r\n" % (len(body[i:i + 1000]), body[i:i + 1000]) for i in range(0, len(body), 1000)]
+        pieces.append(b"0\r\n\r\n")
+    else:
+        head = b"POST /prompt HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(body)
+        pieces = [body[i:i + 1000] for i in range(0, len(body), 1000)]
+    sock.sendall(head)
+    for piece in pieces:
+        time.sleep(0.01)  # the handler is prepared before the body is in
+        sock.sendall(piece)
+    status, _, answer = read_response(sock, bytearray())
+    assert status == b"HTTP/1.1 200 OK"
+    assert answer.startswith(b"later turn: ") and answer.endswith(digest(body))
+    sock.sendall(b"GET /echo HTTP/1.1\r\nHost: x\r\n\r\n")  # the connection carries on
+    assert read_response(sock, bytearray())[2] == b"hello"

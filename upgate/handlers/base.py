@@ -72,6 +72,9 @@ class BaseHandler(tornado.web.RequestHandler):
                 raise GatewayError("request_too_large")
         # No per-request max_body_size: Tornado would refuse the chunk that crosses it with a
         # bare 400 before data_received sees it. The server-wide bound is far above the limit.
+        ready = getattr(self.request.connection, "ready_for_body", None)
+        if ready is not None:  # upgate/http1.py: the body now, not two loop turns later
+            ready()
 
     def data_received(self, chunk: bytes) -> None:
         if self._body is None:
