@@ -120,13 +120,13 @@ def notes(r: dict, plan) -> list[str]:
                    "on every accepted connection, in the gateway and in the mock.")
     ramp = r.get("ramp", {})
     for n, lv in ramp.get("levels", {}).items():
-        g, d = lv["gateway"], lv["direct"]
-        if d["stalled_streams"] or d["ok"] < d["n"]:
-            out.append(f"At {n} streams the mock itself (direct, same client) already stalls "
-                       f"({d['stalled_streams']} streams, {d['events_per_s']:,} events/s): on this "
-                       "machine the mock and the load generator share one core, so this level "
-                       "measures them as much as the gateway.")
-        if g["ok"] < g["n"]:
+        g, d = lv.get("gateway"), lv["direct"]
+        if d["stalled_streams"] or d["late_first_byte"] or d["ok"] < d["n"]:
+            out.append(f"At {n:,} streams the mock itself (direct, same client) already stalls "
+                       f"({d['stalled_streams']} streams with a gap, {d['late_first_byte']} late first "
+                       f"bytes, {d['events_per_s']:,} events/s): on this machine the mock and the load "
+                       "generator share one core, so no gateway can be measured at this level here.")
+        if g and g["ok"] < g["n"]:
             out.append(f"At {n} streams {g['n'] - g['ok']} gateway streams did not complete: "
                        f"{g['check']}.")
     if ramp:
@@ -157,7 +157,8 @@ def notes(r: dict, plan) -> list[str]:
 def _stream_cpu(ramp: dict, plan) -> list[str]:
     """The gateway's CPU per relayed event at each ramp level, and what its kernel share alone
     says of the target's event rate."""
-    cpu = {n: lv["gateway"].get("cpu_us_per_event", {}).get("gateway") for n, lv in ramp.get("levels", {}).items()}
+    cpu = {n: lv["gateway"].get("cpu_us_per_event", {}).get("gateway")
+           for n, lv in ramp.get("levels", {}).items() if "gateway" in lv}
     cpu = {n: c for n, c in cpu.items() if c}
     if not cpu:
         return []
