@@ -93,6 +93,15 @@ class Prompt(Pieces):
 
 
 @tornado.web.stream_request_body
+class PromptSluggish(Prompt):
+    """Asks for its body in prepare() and holds each piece back (async data_received)."""
+
+    async def data_received(self, chunk):
+        await asyncio.sleep(0.001)
+        super().data_received(chunk)
+
+
+@tornado.web.stream_request_body
 class Failing(tornado.web.RequestHandler):
     async def data_received(self, chunk):
         raise ValueError("the handler broke")
@@ -145,7 +154,8 @@ def server():
     sockets = tornado.netutil.bind_sockets(0, "127.0.0.1")
     app = tornado.web.Application([("/echo", Echo), ("/buffered", Buffered), ("/sluggish", Sluggish),
                                    ("/firehose", Firehose), ("/slow", Slow), ("/big", Big),
-                                   ("/pieces", Pieces), ("/failing", Failing), ("/prompt", Prompt)])
+                                   ("/pieces", Pieces), ("/failing", Failing), ("/prompt", Prompt),
+                                   ("/prompt-sluggish", PromptSluggish)])
 
     async def start():
         srv = HTTP1Server(app, max_header_size=4096, max_body_size=1 << 20)
@@ -519,6 +529,24 @@ def test_a_body_that_is_all_in_reaches_the_method_in_the_turn_of_prepare(server)
     status, _, answer = read_response(sock, bytearray())
     assert status == b"HTTP/1.1 200 OK"
     assert answer == b"same turn: 1 " + digest(body)
+
+
+@pytest.mark.parametrize("expect", [False, True])
+def test_a_body_asked_for_in_prepare_may_be_held_back_by_the_handler(server, expect):
+    # the body is framed once: Tornado's later prepared callback must not frame it again
+    # while an async data_received holds it back (nor send a second 100 Continue)
+    body = b"y" * 300_000
+    sock = connect(server)
+    head = b"POST /prompt-sluggish HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n" % len(body)
+    sock.sendall(head + (b"Expect: 100-continue\r\n\r\n" if expect else b"\r\n"))
+    buf = bytearray()
+    if expect:
+        status, _, _ = read_response(sock, buf)
+        assert status == b"HTTP/1.1 100 (Continue)"
+    sock.sendall(body + b"GET /echo HTTP/1.1\r\nHost: x\r\n\r\n")  # a pipelined next request
+    status, _, answer = read_response(sock, buf)
+    assert status == b"HTTP/1.1 200 OK" and answer.endswith(b" " + digest(body))
+    assert read_response(sock, buf)[2] == b"hello"
 
 
 @pytest.mark.parametrize("chunked", [False, True])

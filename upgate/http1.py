@@ -368,6 +368,7 @@ class Request(httputil.HTTPConnection):
         self.chunking = False
         self.remaining_out: int | None = None  # response bytes Content-Length still allows
         self._close_callback = None
+        self._framed = False  # prepared() has run: _WAITING from here on is back-pressure
 
     # ---- reading (driven by Connection._advance)
     def call(self, fn, *args):
@@ -383,8 +384,9 @@ class Request(httputil.HTTPConnection):
     def prepared(self, _future=None) -> None:
         """The handler's prepare() is done: frame the body (Tornado's rules and order)."""
         conn = self.conn
-        if conn.gone() or self.state != _WAITING:
-            return
+        if conn.gone() or self.state != _WAITING or self._framed:
+            return  # (framed already, by ready_for_body: an async data_received may wait now)
+        self._framed = True
         headers = self.headers
         try:
             if headers.get("Expect") == "100-continue" and not self.write_finished:
@@ -421,8 +423,8 @@ class Request(httputil.HTTPConnection):
         now. Tornado's prepared future would call `prepared` a loop turn later, and the
         handler's task a turn after that; delivered now, a body that is all in lets the handler
         go straight on from prepare() into its method. Under load a turn is milliseconds."""
-        if self.state == _WAITING and self.conn.request is self and self.delegate is not None:
-            self.prepared(True)  # then the callback finds the state moved on and does nothing
+        if self.conn.request is self and self.delegate is not None:
+            self.prepared(True)  # then Tornado's callback finds it framed and does nothing
 
     def consume(self) -> bool:
         """Take what the buffer holds; False when more bytes (or the response) are needed."""
