@@ -272,6 +272,30 @@ def test_client_disconnect_frees_the_slot_and_settles_what_was_relayed(node, moc
     assert mock_stats(mock)["active"] == 0  # the upstream request was stopped too
 
 
+def test_a_client_that_leaves_mid_body_leaves_no_handler_behind(node, funded):
+    key, _, _ = funded
+    body = orjson.dumps({"model": "mock/chat-1", "messages": HELLO})
+
+    def handler_tasks() -> int:
+        async def count():
+            return sum(1 for t in asyncio.all_tasks() if "_execute" in t.get_coro().__qualname__)
+        return node.thread.run(count())
+
+    before = handler_tasks()
+    with socket.create_connection(("127.0.0.1", node.port)) as sock:
+        sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nX-API-Key: %s\r\n"
+                     b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+                     % (key.encode(), len(body) + 100, body))  # 100 bytes short
+        deadline = time.time() + 5
+        while handler_tasks() == before and time.time() < deadline:
+            time.sleep(0.02)  # the handler is waiting for the rest of its body
+        assert handler_tasks() == before + 1
+    deadline = time.time() + 5
+    while handler_tasks() > before and time.time() < deadline:
+        time.sleep(0.02)
+    assert handler_tasks() == before  # its task ended when the connection did
+
+
 def test_relay_does_not_buffer(node, mock, funded):
     """The client reads chunk 1 while the mock is still holding chunk 2 back at its gate."""
     key, _, _ = funded

@@ -484,6 +484,7 @@ class ProxyHandler(BaseHandler):
 
     # ---- lifecycle
     def on_connection_close(self) -> None:
+        super().on_connection_close()  # a body still coming: its future fails, the task ends
         self._gone = True
         if self._call is not None:
             self._call.cancel()
