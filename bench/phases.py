@@ -367,9 +367,11 @@ def _per_request(before: dict, after: dict, mon: Monitor, background: dict, n: i
 
 def _per_event(before: dict, after: dict, events: int) -> dict:
     """Microseconds of user and kernel CPU per event, by process (left out when idle)."""
-    out = {}
+    out: dict = {}
+    if not events:
+        return out
     for name, (user0, sys0) in before.items():
-        user, kernel = (1e6 * (a - b) / max(events, 1) for a, b in zip(after[name], (user0, sys0)))
+        user, kernel = (1e6 * (a - b) / events for a, b in zip(after[name], (user0, sys0)))
         if user + kernel >= 0.5:
             out[name] = {"user": round(user, 1), "kernel": round(kernel, 1)}
     return out
