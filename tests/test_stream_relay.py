@@ -124,3 +124,132 @@ def test_a_client_reading_steadily_but_slowly_is_not_taken_for_one_that_stopped(
     w = wallet(redis_url, account_id)
     assert w["held"] == 0
     assert 1_000_000_000_000 - w["balance"] == cost("mock/chat-1", 5, n)
+
+
+def _node(redis_url, upstream, **settings) -> Node:
+    load_catalog(redis_url)
+    return Node(settings_for(redis_url, **settings), {"mock": upstream.provider()})
+
+
+def _usage(completion: int, prompt: int = 5) -> dict:
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+
+
+def test_a_stream_is_billed_by_the_last_usage_when_the_provider_reports_it_on_every_chunk(
+        redis_url, upstream):
+    """vLLM-style `continuous_usage_stats` (a client may ask for it: its stream_options go
+    upstream): usage on every chunk, cumulative. The bill is the last one, not the first."""
+    node = _node(redis_url, upstream)
+    try:
+        key, account_id, _ = seed(redis_url, balance="100000")
+        script = []
+        for i in range(1, 11):  # 10 chunks of 400 characters, 100 tokens each
+            chunk = content("A" * 400)
+            chunk["usage"] = _usage(100 * i)
+            script.append((0.01, event(chunk)))
+        upstream.script = [*script, (0.01, event({"id": "x", "choices": [], "usage": _usage(1000)})),
+                           (0.01, event(b"[DONE]"))]
+        before = wallet(redis_url, account_id)["balance"]
+        body = {**BODY, "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
+        with httpx.Client(timeout=20) as x:
+            with x.stream("POST", node.base + "/chat/completions", json=body,
+                          headers={"Authorization": f"Bearer {key}"}) as r:
+                raw = b"".join(r.iter_bytes())
+        events = [orjson.loads(e[6:]) for e in raw.split(b"\n\n") if e.startswith(b"data: {")]
+        assert "".join(c["choices"][0]["delta"]["content"] for c in events if c["choices"]) == "A" * 4000
+        assert events[-1]["choices"] == [] and events[-1]["usage"]["completion_tokens"] == 1000
+        assert raw.endswith(b"data: [DONE]\n\n")
+        w = wallet(redis_url, account_id)
+        assert (before - w["balance"], w["held"]) == (cost("mock/chat-1", 5, 1000), 0)
+    finally:
+        node.close()
+
+
+def test_a_stream_keeps_its_slot_until_it_ends_though_usage_came_early(redis_url, upstream):
+    node = _node(redis_url, upstream, max_streams=1)
+    try:
+        key, account_id, _ = seed(redis_url, balance="100000")
+        early = content("early")
+        early["usage"] = _usage(2)
+        upstream.script = [(0.01, event(early)), (1.5, event(content("late"))), (0.01, event(b"[DONE]"))]
+        headers = {"Authorization": f"Bearer {key}"}
+        with httpx.Client(timeout=20) as x:
+            with x.stream("POST", node.base + "/chat/completions", json=BODY, headers=headers) as first:
+                lines = first.iter_lines()
+                assert any("early" in line for line in lines)  # the usage chunk is in
+                second = httpx.post(node.base + "/chat/completions", json=BODY, headers=headers, timeout=20)
+                assert second.status_code == 429
+                assert second.json()["error"]["code"] == "too_many_concurrent_streams"
+                rest = "".join(lines)
+        assert "late" in rest
+        assert wallet(redis_url, account_id)["held"] == 0
+    finally:
+        node.close()
+
+
+def test_a_client_that_leaves_after_the_last_content_pays_the_providers_usage(redis_url, upstream):
+    """It closes on the finish_reason chunk, before the usage event: the bill is still the
+    provider's usage (here with hidden reasoning tokens an estimate cannot see), not 200
+    characters' worth."""
+    node = _node(redis_url, upstream)
+    try:
+        key, account_id, _ = seed(redis_url, balance="100000")
+        text = "سلام دنیا " * 20
+        finish = {"id": "x", "object": "chat.completion.chunk",
+                  "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}
+        upstream.script = [(0.05, event(content(text)) + event(finish)),
+                           (1.0, event({"id": "x", "choices": [], "usage": _usage(3200, prompt=12)})),
+                           (0.01, event(b"[DONE]"))]
+        before = wallet(redis_url, account_id)["balance"]
+        body = orjson.dumps(BODY)
+        with socket.create_connection(("127.0.0.1", node.port), timeout=10) as sock:
+            sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n"
+                         b"Content-Length: %d\r\n\r\n%s" % (key.encode(), len(body), body))
+            got = b""
+            while b'"finish_reason":"stop"' not in got:
+                got += sock.recv(65536)
+        deadline = time.time() + 10
+        while wallet(redis_url, account_id)["held"] and time.time() < deadline:
+            time.sleep(0.05)
+        w = wallet(redis_url, account_id)
+        assert (before - w["balance"], w["held"]) == (cost("mock/chat-1", 12, 3200), 0)
+    finally:
+        node.close()
+
+
+def test_a_provider_silent_after_its_headers_is_an_upstream_timeout(redis_url, upstream):
+    node = _node(redis_url, upstream, upstream_silence_s=1.0)
+    try:
+        key, account_id, _ = seed(redis_url, balance="100000")
+        upstream.script = [(3.0, event(content("too late")))]
+        with httpx.Client(timeout=20) as x:
+            with x.stream("POST", node.base + "/chat/completions", json=BODY,
+                          headers={"Authorization": f"Bearer {key}"}) as r:
+                raw = b"".join(r.iter_bytes())
+        last = orjson.loads(raw.split(b"data: ")[-1])
+        assert last["error"]["code"] == "upstream_timeout"
+        w = wallet(redis_url, account_id)
+        assert (w["balance"], w["held"]) == (100_000_000_000, 0)  # nothing came: nothing charged
+    finally:
+        node.close()
+
+
+def test_an_answer_without_usage_is_billed_for_tool_calls_and_reasoning_too(redis_url, upstream):
+    node = _node(redis_url, upstream)
+    try:
+        key, account_id, _ = seed(redis_url, balance="100000")
+        arguments = orjson.dumps({"q": "x" * 4000}).decode()
+        message = {"role": "assistant", "content": None, "reasoning": "r" * 4000,
+                   "tool_calls": [{"id": "t1", "type": "function",
+                                   "function": {"name": "f", "arguments": arguments}}]}
+        upstream.script = [(0.01, orjson.dumps({"id": "c1", "object": "chat.completion", "choices": [
+            {"index": 0, "finish_reason": "tool_calls", "message": message}]}))]
+        body = {"model": "mock/chat-1", "messages": HELLO}
+        resp = httpx.post(node.base + "/chat/completions", json=body,
+                          headers={"Authorization": f"Bearer {key}"}, timeout=20)
+        assert resp.status_code == 200
+        completion = (len(arguments) + 4000 + 3) // 4
+        w = wallet(redis_url, account_id)
+        assert 100_000_000_000 - w["balance"] == cost("mock/chat-1", sizing.prompt_tokens(body), completion)
+    finally:
+        node.close()

@@ -33,6 +33,9 @@ log = logging.getLogger("upgate")
 _BATCH = 64 * 1024  # bytes of a stream's backlog written before waiting for the client
 _NO_FALLBACK = {"invalid_request"}  # the next model would refuse the same body
 _RATE_CODES = {"upstream_rate_limited", "free_capacity_exhausted"}
+# A client that leaves once the provider has finished generating: how long the provider's usage
+# event (what it bills us by) is waited for, rather than billing an estimate of what was relayed.
+USAGE_GRACE_S = 10.0
 
 
 class _Failed(Exception):
@@ -52,6 +55,7 @@ class ProxyHandler(BaseHandler):
     # for a request that prepare() refused before it got anywhere.
     _call = None
     _gone = False  # the client went away
+    _generated = False  # a stream's provider has finished a choice: its usage event comes next
     _aborted = False  # shutdown cut this request
     _sse_open = False
     _billed = True  # nothing to settle until a hold exists
@@ -290,10 +294,11 @@ class ProxyHandler(BaseHandler):
     async def _relay_stream(self, call, model, body) -> None:
         """Events are parsed in libcurl's write callback (relay_now). While this task waits,
         content events go straight to the client from there: no task wake per event, which
-        was a fifth of a stream's cost. Everything else (the usage event, which settles; an
-        error; [DONE]; a malformed event), everything after it, and everything that comes
-        while this task is busy or the client is not reading, goes to the backlog, which
-        this task relays in order."""
+        was a fifth of a stream's cost. Everything else (a usage event; an error; [DONE]; a
+        malformed event), everything after it, and everything that comes while this task is
+        busy or the client is not reading, goes to the backlog, which this task relays in
+        order. The stream is settled at its end, by the last usage the provider reported: some
+        report it on every chunk, and the first is not the bill."""
         self._open_sse()
         self.flush()
         parser = sse.SSEParser()
@@ -324,6 +329,8 @@ class ProxyHandler(BaseHandler):
                     backlog.extend(events[n:])
                     break
                 n_chars += _chars_chunk(obj)
+                if not self._generated and _finishes(obj):
+                    self._generated = True
                 _as_ours(obj, model)
                 sent.append(sse.event(orjson.dumps(obj)))
                 last = obj
@@ -333,7 +340,8 @@ class ProxyHandler(BaseHandler):
                 self.last_write = time.monotonic()
             return bool(backlog)
 
-        usage = None
+        usage = None  # the last usage the provider reported
+        held = None  # its usage chunk (no choices): relayed once the stream is settled
         done = False
         call.relay_to(relay_now)
         try:
@@ -357,15 +365,14 @@ class ProxyHandler(BaseHandler):
                     if isinstance(obj.get("error"), dict):
                         raise UpstreamCut(_error_message(obj["error"]))
                     chars += _chars_chunk(obj)
+                    if not self._generated and _finishes(obj):
+                        self._generated = True
                     if isinstance(obj.get("usage"), dict):
                         usage = obj["usage"]
-                        prompt = _int(usage.get("prompt_tokens"), sizing.prompt_tokens(body))
-                        completion = _int(usage.get("completion_tokens"), _tokens(chars))
-                        await self._settle(model, body, prompt, completion)
-                        self._add_meta(obj, model)
+                        if not obj.get("choices"):
+                            held = obj
+                            continue
                         if not relay_usage:
-                            if not obj.get("choices"):
-                                continue
                             del obj["usage"]
                     _as_ours(obj, model)
                     event = sse.event(orjson.dumps(obj))
@@ -374,7 +381,11 @@ class ProxyHandler(BaseHandler):
                     wrote += len(event)
                 if wrote and not self._gone:
                     self.last_write = time.monotonic()
-                    await self.flush()
+                    try:
+                        await self.flush()
+                    except tornado.iostream.StreamClosedError:
+                        self._gone = True
+                        break
                     if backlog:
                         await asyncio.sleep(0)
                     continue  # more may have come meanwhile
@@ -389,9 +400,11 @@ class ProxyHandler(BaseHandler):
                     await call.wait()
                 finally:
                     parked = False
+            if self._gone and usage is None and self._generated:
+                usage = await _usage_after_leave(call, backlog)
         except (UpstreamCut, UpstreamTimeout) as e:
             self._attempt_over()
-            await self._cut(model, body, chars, str(e) or None)
+            await self._cut(model, body, chars, e, usage)
             return
         except tornado.iostream.StreamClosedError:
             self._gone = True
@@ -399,11 +412,18 @@ class ProxyHandler(BaseHandler):
             ended = True
             backlog.clear()
         self._attempt_over()
-        if self._gone or not done and not self._billed:
-            # the client left, or the provider ended without [DONE]: bill what was relayed
-            await self._cut(model, body, chars, None)
+        if self._gone or not done and usage is None:
+            # the client left, or the provider ended without [DONE] or usage: bill its usage if
+            # it came, else what was relayed
+            await self._cut(model, body, chars, None, usage)
             return
-        if not self._billed:  # the provider sent no usage: estimate from what was relayed
+        if usage is not None:
+            await self._settle(model, body, *_usage_tokens(usage, body, chars))
+            if held is not None and relay_usage:
+                self._add_meta(held, model)
+                _as_ours(held, model)
+                self.write(sse.event(orjson.dumps(held)))
+        elif not self._billed:  # the provider sent no usage: estimate from what was relayed
             prompt, completion = sizing.prompt_tokens(body), _tokens(chars)
             await self._settle(model, body, prompt, completion)
             if relay_usage:  # the client asked for usage (or meta): it gets the estimate, marked so
@@ -420,21 +440,27 @@ class ProxyHandler(BaseHandler):
         self._add_meta(chunk, model)
         return chunk
 
-    async def _cut(self, model, body, chars: int, reason: str | None) -> None:
-        """Mid-stream failure, client disconnect or shutdown: settle what was consumed."""
+    async def _cut(self, model, body, chars: int, error: Exception | None, usage: dict | None) -> None:
+        """Mid-stream failure, client disconnect or shutdown: settle what was consumed, by the
+        provider's last usage if it reported one, else by what the client was sent."""
         if not self._billed:
-            if chars:
+            if usage is not None:
+                await self._settle(model, body, *_usage_tokens(usage, body, chars))
+            elif chars:
                 await self._settle(model, body, sizing.prompt_tokens(body), _tokens(chars))
             else:
                 await self._release(credit_free=True)
         if self._gone or self._finished:
             return
         if self._aborted:
-            message = "The stream was cut by the gateway's shutdown."
+            err = GatewayError("upstream_error", "The stream was cut by the gateway's shutdown.")
+        elif isinstance(error, UpstreamTimeout):  # headers, then not one byte of the body
+            err = GatewayError("upstream_timeout")
+            self.failures.append((model.provider, "upstream_timeout"))
         else:
-            message = "The provider's stream failed part-way."
+            err = GatewayError("upstream_error", "The provider's stream failed part-way.")
             self.failures.append((model.provider, "upstream_error"))
-        self._finish_sse_error(GatewayError("upstream_error", message), model.id)
+        self._finish_sse_error(err, model.id)
 
     def _finish_sse_error(self, err: GatewayError, model_id: str) -> None:
         """One last chunk-shaped event with an `error` object: the openai client raises on it."""
@@ -487,7 +513,10 @@ class ProxyHandler(BaseHandler):
         super().on_connection_close()  # a body still coming: its future fails, the task ends
         self._gone = True
         if self._call is not None:
-            self._call.cancel()
+            if self._generated:
+                self._call.nudge()  # the relay waits a moment for the usage event, then ends it
+            else:
+                self._call.cancel()
 
     def abort(self) -> None:
         """Graceful shutdown's grace period is over: cut this request, settling what was relayed."""
@@ -531,6 +560,48 @@ def _as_ours(obj: dict, model) -> None:
     obj.setdefault("provider", model.provider)
 
 
+def _usage_tokens(usage: dict, body: dict, chars: int) -> tuple[int, int]:
+    """(prompt, completion) tokens of a provider's usage object; what it leaves out, estimated."""
+    return (_int(usage.get("prompt_tokens"), sizing.prompt_tokens(body)),
+            _int(usage.get("completion_tokens"), _tokens(chars)))
+
+
+def _finishes(obj: dict) -> bool:
+    """The chunk ends a choice: the provider is done generating (its usage event follows)."""
+    for choice in _list(obj.get("choices")):
+        if isinstance(choice, dict) and choice.get("finish_reason"):
+            return True
+    return False
+
+
+async def _usage_after_leave(call, backlog: deque) -> dict | None:
+    """The client left after the provider finished generating: wait a moment for the usage
+    event the provider bills by, rather than bill an estimate that cannot see reasoning
+    tokens and undercounts non-Latin text. Then the call is over either way."""
+    deadline = time.monotonic() + USAGE_GRACE_S
+    try:
+        while True:
+            while backlog:
+                payload = backlog.popleft()
+                if payload == b"[DONE]":
+                    return None
+                try:
+                    obj = orjson.loads(payload)
+                except orjson.JSONDecodeError:
+                    return None
+                if isinstance(obj, dict) and isinstance(obj.get("usage"), dict):
+                    return obj["usage"]
+            left = deadline - time.monotonic()
+            if call.over or left <= 0:
+                return None
+            try:
+                await asyncio.wait_for(call.wait(), left)
+            except asyncio.TimeoutError:
+                return None
+    finally:
+        call.cancel()
+
+
 def _content_event(payload: bytes) -> dict | None:
     """The event as a dict when it is plain content (no usage, no error): what libcurl's
     callback may relay by itself. None for anything the relay's task must see."""
@@ -556,6 +627,21 @@ def _list(value) -> list:
     return value if isinstance(value, list) else []
 
 
+def _chars_message(m: dict) -> int:
+    """Characters of output in a message or a stream delta: text, reasoning, a refusal and
+    tool-call arguments (a JSON answer without usage is billed by the same count as a stream)."""
+    n = 0
+    for field in ("content", "reasoning", "refusal"):
+        v = m.get(field)
+        if isinstance(v, str):
+            n += len(v)
+    for call in _list(m.get("tool_calls")):
+        fn = call.get("function") if isinstance(call, dict) else None
+        if isinstance(fn, dict) and isinstance(fn.get("arguments"), str):
+            n += len(fn["arguments"])
+    return n
+
+
 def _chars_chunk(obj: dict) -> int:
     n = 0
     for choice in _list(obj.get("choices")):
@@ -563,14 +649,7 @@ def _chars_chunk(obj: dict) -> int:
             continue
         delta = choice.get("delta")
         if isinstance(delta, dict):
-            for field in ("content", "reasoning", "refusal"):
-                v = delta.get(field)
-                if isinstance(v, str):
-                    n += len(v)
-            for call in _list(delta.get("tool_calls")):
-                fn = call.get("function") if isinstance(call, dict) else None
-                if isinstance(fn, dict) and isinstance(fn.get("arguments"), str):
-                    n += len(fn["arguments"])
+            n += _chars_message(delta)
         text = choice.get("text")
         if isinstance(text, str):
             n += len(text)
@@ -583,8 +662,8 @@ def _chars_json(obj: dict) -> int:
         if not isinstance(choice, dict):
             continue
         msg = choice.get("message")
-        if isinstance(msg, dict) and isinstance(msg.get("content"), str):
-            n += len(msg["content"])
+        if isinstance(msg, dict):
+            n += _chars_message(msg)
         if isinstance(choice.get("text"), str):
             n += len(choice["text"])
     return n

@@ -149,6 +149,10 @@ class UpstreamCall:
             parts.append(chunk)
         return b"".join(parts)
 
+    def nudge(self) -> None:
+        """Wake the consumer's task in wait() without ending the transfer."""
+        self._wake()
+
     def cancel(self) -> None:
         """Stop the transfer now; idempotent, and a no-op once the transfer is over."""
         if self._done or self._cancelled:
