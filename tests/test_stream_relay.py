@@ -12,12 +12,13 @@ import time
 import httpx
 import orjson
 import pytest
+import redis
 
 from tests.gateway import Node, load_catalog, seed
 from tests.gateway import test_settings as settings_for
 from tests.scripted_upstream import ScriptedUpstream, content, event
 from tests.test_proxy import HELLO, cost, wallet
-from upgate import http1, sizing
+from upgate import http1, keyspace, sizing
 
 pytestmark = pytest.mark.timeout(120)
 BODY = {"model": "mock/chat-1", "messages": HELLO, "stream": True}
@@ -251,5 +252,27 @@ def test_an_answer_without_usage_is_billed_for_tool_calls_and_reasoning_too(redi
         completion = (len(arguments) + 4000 + 3) // 4
         w = wallet(redis_url, account_id)
         assert 100_000_000_000 - w["balance"] == cost("mock/chat-1", sizing.prompt_tokens(body), completion)
+    finally:
+        node.close()
+
+
+def test_a_hold_the_store_lost_is_logged_when_its_stream_settles(redis_url, upstream, caplog):
+    node = _node(redis_url, upstream)
+    try:
+        key, account_id, _ = seed(redis_url, balance="100000")
+        upstream.script = [(0.01, event(content("paid for?"))), (1.0, event(b"[DONE]"))]
+        r = redis.Redis.from_url(redis_url)
+        with httpx.Client(timeout=20) as x:
+            with x.stream("POST", node.base + "/chat/completions", json=BODY,
+                          headers={"Authorization": f"Bearer {key}"}) as resp:
+                lines = resp.iter_lines()
+                assert any("paid for?" in line for line in lines)
+                holds = r.keys(keyspace.hold(account_id, "*"))
+                assert len(holds) == 1
+                r.delete(*holds)  # what a failover that lost the admit's write leaves
+                "".join(lines)
+        assert wallet(redis_url, account_id)["balance"] == 100_000_000_000
+        assert any("had no hold" in rec.getMessage() and "were not charged" in rec.getMessage()
+                   for rec in caplog.records)
     finally:
         node.close()

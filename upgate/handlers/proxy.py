@@ -484,10 +484,15 @@ class ProxyHandler(BaseHandler):
         self.billing = "settled"
         self.cost_micro = sizing.cost_micro(model, prompt, completion, wants_web_search(body, model.id))
         self.prompt_tokens, self.completion_tokens = prompt, completion
-        await self.ctx.ledger.settle(
-            self.key.account_id, self.hold.hold_id, key_id=self.key.key_id, model=model.id,
-            cost_micro=self.cost_micro, prompt_tokens=prompt, completion_tokens=completion,
-            cooldown_reset=model.id)
+        if not await self.ctx.ledger.settle(
+                self.key.account_id, self.hold.hold_id, key_id=self.key.key_id, model=model.id,
+                cost_micro=self.cost_micro, prompt_tokens=prompt, completion_tokens=completion,
+                cooldown_reset=model.id):
+            # the store knew no such hold (lost in a failover, or closed by something else):
+            # the answer went out uncharged, and only the operator can make that right
+            log.warning("request %s: the store had no hold %s to settle; %d micro-toman for "
+                        "account %s were not charged", self.request_id, self.hold.hold_id,
+                        self.cost_micro, self.key.account_id)
 
     async def _release(self, credit_free: bool = False, strike: str | None = None) -> None:
         if self._billed:
