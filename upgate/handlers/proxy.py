@@ -587,14 +587,10 @@ async def _usage_after_leave(call, backlog: deque) -> dict | None:
     try:
         while True:
             while backlog:
-                payload = backlog.popleft()
-                if payload == b"[DONE]":
+                obj = _event_obj(backlog.popleft())
+                if obj is None:  # [DONE], or something no usage will follow
                     return None
-                try:
-                    obj = orjson.loads(payload)
-                except orjson.JSONDecodeError:
-                    return None
-                if isinstance(obj, dict) and isinstance(obj.get("usage"), dict):
+                if isinstance(obj.get("usage"), dict):
                     return obj["usage"]
             left = deadline - time.monotonic()
             if call.over or left <= 0:
@@ -607,16 +603,22 @@ async def _usage_after_leave(call, backlog: deque) -> dict | None:
         call.cancel()
 
 
-def _content_event(payload: bytes) -> dict | None:
-    """The event as a dict when it is plain content (no usage, no error): what libcurl's
-    callback may relay by itself. None for anything the relay's task must see."""
+def _event_obj(payload: bytes) -> dict | None:
+    """An event's JSON object; None for [DONE], malformed JSON or anything but an object."""
     if payload == b"[DONE]":
         return None
     try:
         obj = orjson.loads(payload)
     except orjson.JSONDecodeError:
         return None
-    if not isinstance(obj, dict) or isinstance(obj.get("usage"), dict) or isinstance(obj.get("error"), dict):
+    return obj if isinstance(obj, dict) else None
+
+
+def _content_event(payload: bytes) -> dict | None:
+    """The event as a dict when it is plain content (no usage, no error): what libcurl's
+    callback may relay by itself. None for anything the relay's task must see."""
+    obj = _event_obj(payload)
+    if obj is None or isinstance(obj.get("usage"), dict) or isinstance(obj.get("error"), dict):
         return None
     return obj
 
