@@ -595,3 +595,56 @@ def test_client_leaving_mid_stream_frees_the_slot_and_pays_what_it_got(make_node
     # at least what the client read, never the whole answer
     assert _expect_cost(node, body, len("tok0 tok1 tok2 ")) <= charged < _expect_cost(node, body, 100 * 6)
     assert_settled(r, account_id, INITIAL, charged, {key_id: charged})
+
+
+_BUSY_7S = """local t0 = tonumber(redis.call('TIME')[1])
+while tonumber(redis.call('TIME')[1]) - t0 < 7 do end
+return 1"""
+
+
+def test_an_admission_whose_answer_was_lost_is_released_when_the_store_recovers(mock):
+    """The store stalls past the client timeout (5 s) with the admission queued: the client
+    gets 503, nothing charged, then Redis runs admit.lua anyway. Its hold, stream slot and
+    `:free` quota unit must come back at once, not after the lease by the reaper (which credits
+    nothing back)."""
+    from upgate import jalali
+
+    server = RedisServer(extra=["--busy-reply-threshold", "20000"]).start()  # queue, never BUSY
+    try:
+        load_catalog(server.url)
+        node = Node(gw.test_settings(server.url, lease_s=60.0), _providers(mock))
+        try:
+            key, account_id, _ = seed(server.url, balance="1000")
+            r = redis.Redis.from_url(server.url, decode_responses=True)
+            warm = _chat(node, key, stream=True)  # (and the key is cached now)
+            assert warm.status_code == 200
+            day_free = keyspace.free(account_id, jalali.day_key(time.time()))
+            free_before = int(r.get(day_free) or 0)
+            def stall():
+                try:
+                    redis.Redis.from_url(server.url, socket_timeout=30).eval(_BUSY_7S, 0)
+                except redis.RedisError:
+                    pass  # (only the stall matters)
+            threading.Thread(target=stall, daemon=True).start()
+            time.sleep(0.3)
+            answers = {}
+
+            def ask(name, model):
+                answers[name] = _chat(node, key, stream=True, model=model)
+            threads = [threading.Thread(target=ask, args=(n, m))
+                       for n, m in (("paid", "mock/chat-1"), ("free", "mock/chat-1:free"))]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            assert {n: (a.status_code, a.json()["error"]["code"]) for n, a in answers.items()} == {
+                "paid": (503, "service_unavailable"), "free": (503, "service_unavailable")}
+            # the busy script ends at ~7 s and the queued admissions run; the lease is 60 s
+            wait_for(lambda: r.zcard(keyspace.holds(account_id)) == 0
+                     and r.zcard(keyspace.streams(account_id)) == 0, 20, "the lost holds released")
+            assert int(r.get(day_free) or 0) == free_before  # the :free unit came back
+            assert wallet(r, account_id) == (micro("1000") - response_cost(warm), 0)
+        finally:
+            node.close()
+    finally:
+        server.close()

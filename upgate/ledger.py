@@ -42,6 +42,7 @@ REAP_PARALLEL = 32  # reap.lua calls in flight at once
 SETTLE_RETRIES = 3  # attempts before a settlement goes to the journal
 SETTLE_BACKOFF_S = (0.05, 0.2, 0.5)
 SHARD_CHUNK = 2048  # reaper index shards read per pipeline on a cluster
+UNDO_AFTER_S = (1.0, 4.0, 10.0, 20.0)  # when a lost admission's hold is looked for (see _undo)
 
 _STORE_DOWN = (rexc.ConnectionError, rexc.TimeoutError, rexc.ClusterDownError, OSError)
 # Error replies that mean "the store takes no writes right now", not "this call is wrong": out
@@ -157,6 +158,7 @@ class Ledger:
         self.journaled = 0  # settlements written to the journal by this process
         self._replay_pending = True  # look for journal files left by an earlier process
         self.replayed = 0
+        self._undos: set[asyncio.Task] = set()  # lost admissions being looked for
 
     # ---- calendar keys (Tehran day, Jalali month), cached for the Tehran day: from its exact
     # first instant to the next day's (a rounded "seconds to midnight" would outlive the day)
@@ -190,7 +192,14 @@ class Ledger:
         args = (hold_id, hold_micro, 1 if stream else 0, 1 if free else 0, month, day, self.lease_ms,
                 self.settings.max_streams, self.settings.free_quota_default, FREE_TTL_MS, account_id,
                 key_id, now_ms or 0)
-        res = await self._admit(self.client, keys, args)
+        try:
+            res = await self._admit(self.client, keys, args)
+        except STORE_ERRORS as e:
+            if store_unavailable(e):  # no answer: the script may still run when the store recovers
+                task = asyncio.ensure_future(self._undo(account_id, hold_id, free))
+                self._undos.add(task)
+                task.add_done_callback(self._undos.discard)
+            raise
         if now_ms is None and self._follow_store and int(res[0]) == 0:
             self.store_skew_s = (int(res[6]) - self.lease_ms) / 1000 - self.clock()  # Redis TIME + lease
         return self._admission(res, hold_id, alternative, ts)
@@ -221,6 +230,22 @@ class Ledger:
                 "balance_toman": money.fmt(a), "available_toman": money.fmt(a - b),
                 "required_toman": money.fmt(c), "topup_url": self.settings.topup_url})
         raise Rejected(name, rate=rate)  # invalid_api_key, account_suspended
+
+    async def _undo(self, account_id: str, hold_id: str, free: bool) -> None:
+        """An admission whose answer never came (the store stalled past its timeout) may still
+        run once the store recovers: a hold, a stream slot and, for `:free`, a unit of the day's
+        quota, behind a 503 that told the client nothing was charged. Release it when it shows
+        up: the reaper would too, but only after the lease, and crediting nothing back."""
+        call = (self._release, self._finish_keys(account_id, hold_id),
+                (hold_id, 1 if free else 0, keyspace.key_record(account_id, ""), keyspace.free(account_id, "")))
+        for delay in UNDO_AFTER_S:
+            await asyncio.sleep(delay)
+            try:
+                if int((await self._run([call]))[0][0]) > 0:
+                    log.info("released hold %s of an admission whose answer was lost", hold_id)
+                    return
+            except STORE_ERRORS:
+                continue  # still unreachable: look again later
 
     # ---- settle / release
     def _finish_keys(self, account_id: str, hold_id: str) -> tuple:
