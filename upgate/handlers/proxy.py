@@ -36,6 +36,9 @@ _RATE_CODES = {"upstream_rate_limited", "free_capacity_exhausted"}
 # A client that leaves once the provider has finished generating: how long the provider's usage
 # event (what it bills us by) is waited for, rather than billing an estimate of what was relayed.
 USAGE_GRACE_S = 10.0
+# How most providers write a chunk that finishes nothing: a byte search skips _finishes for it.
+_NOT_DONE = b'"finish_reason":null'
+
 
 
 class _Failed(Exception):
@@ -329,7 +332,7 @@ class ProxyHandler(BaseHandler):
                     backlog.extend(events[n:])
                     break
                 n_chars += _chars_chunk(obj)
-                if not self._generated and _finishes(obj):
+                if not self._generated and _NOT_DONE not in payload and _finishes(obj):
                     self._generated = True
                 _as_ours(obj, model)
                 sent.append(sse.event(orjson.dumps(obj)))
@@ -365,7 +368,7 @@ class ProxyHandler(BaseHandler):
                     if isinstance(obj.get("error"), dict):
                         raise UpstreamCut(_error_message(obj["error"]))
                     chars += _chars_chunk(obj)
-                    if not self._generated and _finishes(obj):
+                    if not self._generated and _NOT_DONE not in payload and _finishes(obj):
                         self._generated = True
                     if isinstance(obj.get("usage"), dict):
                         usage = obj["usage"]
