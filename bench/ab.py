@@ -35,7 +35,9 @@ def run(rev: str, rounds: int, pin: bool, accounts: int) -> int:
             sides = {rev: str(tree), "working tree": None}
             rows: dict[str, list[dict]] = {name: [] for name in sides}
             for n in range(rounds):
-                for name, path in sides.items():
+                # ABBA: on a VM that speeds up or slows down over minutes, the side that always
+                # ran second would always get the later machine
+                for name, path in (list(sides.items()) if n % 2 == 0 else list(sides.items())[::-1]):
                     rows[name].append(row := _measure(path, pin, accounts))
                     print(f"round {n + 1} {name:>14}: " + _fmt(row), flush=True)
             print("\nmedians")
