@@ -42,6 +42,13 @@ class ScriptedUpstream:
 
     def close(self) -> None:
         self.server.close()
+
+        async def stop_serving() -> None:  # a script still sleeping when its test is over
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        self.thread.run(stop_serving())
         self.thread.close()
 
 
