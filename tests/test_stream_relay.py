@@ -276,3 +276,20 @@ def test_a_hold_the_store_lost_is_logged_when_its_stream_settles(redis_url, upst
                    for rec in caplog.records)
     finally:
         node.close()
+
+
+def test_an_absurd_usage_is_billed_by_the_estimate_not_left_unpaid(redis_url, upstream):
+    """A provider reporting 10^15 completion tokens: a cost past the money range would fail the
+    settlement and leave the answer to the reaper, uncharged. The estimate bills it instead."""
+    node = _node(redis_url, upstream)
+    try:
+        key, account_id, _ = seed(redis_url, balance="100000")
+        upstream.script = [(0.01, event(content("x" * 400))),
+                           (0.01, event({"id": "x", "choices": [], "usage": _usage(10 ** 15)})),
+                           (0.01, event(b"[DONE]"))]
+        raw, text = stream_text(node, key)
+        assert text == "x" * 400 and raw.endswith(b"data: [DONE]\n\n")
+        w = wallet(redis_url, account_id)
+        assert (100_000_000_000 - w["balance"], w["held"]) == (cost("mock/chat-1", 5, 100), 0)
+    finally:
+        node.close()

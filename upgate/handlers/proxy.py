@@ -36,6 +36,7 @@ _RATE_CODES = {"upstream_rate_limited", "free_capacity_exhausted"}
 # A client that leaves once the provider has finished generating: how long the provider's usage
 # event (what it bills us by) is waited for, rather than billing an estimate of what was relayed.
 USAGE_GRACE_S = 10.0
+_MAX_TOKENS = 100_000_000  # per request and kind: more than any context window holds
 # How most providers write a chunk that finishes nothing: a byte search skips _finishes for it.
 _NOT_DONE = b'"finish_reason":null'
 
@@ -553,7 +554,10 @@ def _client_wants_usage(body: dict) -> bool:
 
 
 def _int(value, default: int) -> int:
-    return value if type(value) is int and value >= 0 else default
+    """A provider's token count, or `default` (our estimate) when it is not a plausible one:
+    not an integer, negative, or beyond any model's reach (a cost past the money range would
+    make the settlement fail and leave the answer uncharged)."""
+    return value if type(value) is int and 0 <= value <= _MAX_TOKENS else default
 
 
 def _tokens(chars: int) -> int:
