@@ -15,6 +15,7 @@ class ScriptedUpstream:
     def __init__(self) -> None:
         self.port = free_port()
         self.script: list[tuple[float, bytes]] = []  # (seconds to wait, body piece)
+        self.scripts: list[list[tuple[float, bytes]]] = []  # one per request first, then `script`
         self.thread = LoopThread("scripted-upstream")
         self.thread.run(self._start())
 
@@ -28,7 +29,7 @@ class ScriptedUpstream:
         await reader.readexactly(length)
         writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
                      b"Transfer-Encoding: chunked\r\n\r\n")
-        for delay, piece in self.script:
+        for delay, piece in (self.scripts.pop(0) if self.scripts else self.script):
             await asyncio.sleep(delay)
             writer.write(b"%x\r\n%b\r\n" % (len(piece), piece))
             await writer.drain()

@@ -526,17 +526,20 @@ def _sse_error(resp) -> dict:
 # (mock switches, stream, expected client outcome, content chunks the client gets and is charged for)
 UPSTREAM_FAULTS = {
     "cut-mid-stream": ({"cut_after": 2}, True, ("sse", "upstream_error"), 2),
-    "cut-before-content-stream": ({"cut_after": 0}, True, ("sse", "upstream_error"), 0),
+    # before the first event the client has been sent nothing, headers included: a plain error
+    # answer (and, with `models`, the next candidate), as before the provider's headers
+    "cut-before-content-stream": ({"cut_after": 0}, True, (502, "upstream_error"), 0),
     "cut-json": ({"cut_after": 1}, False, (502, "upstream_error"), 0),
     "silent-mid-stream": ({"silence_after": 2}, True, ("sse", "upstream_error"), 2),
     "silent-after-headers-json": ({"silence_after": 0}, False, (504, "upstream_timeout"), 0),
+    "silent-after-headers-stream": ({"silence_after": 0}, True, (504, "upstream_timeout"), 0),
     "silent-before-headers-json": ({"latency_ms": 5000}, False, (504, "upstream_timeout"), 0),
     "silent-before-headers-stream": ({"latency_ms": 5000}, True, (504, "upstream_timeout"), 0),
     "garbage-json": ({"garbage": True}, False, (502, "upstream_error"), 0),
-    "garbage-stream": ({"garbage": "data: {not json\n\n"}, True, ("sse", "upstream_error"), 0),
-    "html-stream": ({"garbage": True}, True, ("sse", "upstream_error"), 0),
+    "garbage-stream": ({"garbage": "data: {not json\n\n"}, True, (502, "upstream_error"), 0),
+    "html-stream": ({"garbage": True}, True, (502, "upstream_error"), 0),
     "error-after-headers-json": ({"error_after_headers": "partial"}, False, (502, "upstream_error"), 0),
-    "error-after-headers-stream": ({"error_after_headers": True}, True, ("sse", "upstream_error"), 0),
+    "error-after-headers-stream": ({"error_after_headers": True}, True, (502, "upstream_error"), 0),
     "5xx-json": ({"status": 500}, False, (502, "upstream_error"), 0),
     "5xx-stream": ({"status": 503}, True, (502, "upstream_error"), 0),
 }

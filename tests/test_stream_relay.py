@@ -219,18 +219,46 @@ def test_a_client_that_leaves_after_the_last_content_pays_the_providers_usage(re
 
 
 def test_a_provider_silent_after_its_headers_is_an_upstream_timeout(redis_url, upstream):
+    """Headers, then not one byte: the client was sent nothing yet, so it gets the spec's 504,
+    and nothing is charged."""
     node = _node(redis_url, upstream, upstream_silence_s=1.0)
     try:
         key, account_id, _ = seed(redis_url, balance="100000")
         upstream.script = [(3.0, event(content("too late")))]
-        with httpx.Client(timeout=20) as x:
-            with x.stream("POST", node.base + "/chat/completions", json=BODY,
-                          headers={"Authorization": f"Bearer {key}"}) as r:
-                raw = b"".join(r.iter_bytes())
-        last = orjson.loads(raw.split(b"data: ")[-1])
-        assert last["error"]["code"] == "upstream_timeout"
+        resp = httpx.post(node.base + "/chat/completions", json=BODY, timeout=20,
+                          headers={"Authorization": f"Bearer {key}"})
+        assert resp.status_code == 504 and resp.json()["error"]["code"] == "upstream_timeout"
         w = wallet(redis_url, account_id)
-        assert (w["balance"], w["held"]) == (100_000_000_000, 0)  # nothing came: nothing charged
+        assert (w["balance"], w["held"]) == (100_000_000_000, 0)
+    finally:
+        node.close()
+
+
+@pytest.mark.parametrize("failure", ["silent", "cut", "error event"])
+def test_a_stream_that_fails_before_its_first_event_falls_back_to_the_next_model(
+        redis_url, upstream, failure):
+    """The provider answered 200 and failed before any event: nothing reached the client, so
+    the next `models` entry answers, and only it is charged."""
+    node = _node(redis_url, upstream, upstream_silence_s=1.0)
+    try:
+        key, account_id, _ = seed(redis_url, balance="100000")
+        first = {"silent": [(3.0, event(content("too late")))],
+                 "cut": [],  # headers, then the end of the body: no event, no [DONE]
+                 "error event": [(0.01, event({"error": {"message": "overloaded"}}))]}[failure]
+        upstream.scripts = [first, [(0.01, event(content("from the second"))),
+                                    (0.01, event({"id": "x", "choices": [], "usage": _usage(4)})),
+                                    (0.01, event(b"[DONE]"))]]
+        body = {**BODY, "models": ["mock/chat-1", "mock/chat-big"]}
+        with httpx.Client(timeout=20) as x:
+            with x.stream("POST", node.base + "/chat/completions", json=body,
+                          headers={"Authorization": f"Bearer {key}"}) as r:
+                assert r.status_code == 200
+                raw = b"".join(r.iter_bytes())
+        events = [orjson.loads(e[6:]) for e in raw.split(b"\n\n") if e.startswith(b"data: {")]
+        assert [e["model"] for e in events] == ["mock/chat-big"]
+        assert events[0]["choices"][0]["delta"]["content"] == "from the second"
+        w = wallet(redis_url, account_id)
+        assert (100_000_000_000 - w["balance"], w["held"]) == (cost("mock/chat-big", 5, 4), 0)
     finally:
         node.close()
 

@@ -302,9 +302,9 @@ class ProxyHandler(BaseHandler):
         malformed event), everything after it, and everything that comes while this task is
         busy or the client is not reading, goes to the backlog, which this task relays in
         order. The stream is settled at its end, by the last usage the provider reported: some
-        report it on every chunk, and the first is not the bill."""
-        self._open_sse()
-        self.flush()
+        report it on every chunk, and the first is not the bill. The client's headers go out
+        with the first event (or the first keep-alive): a provider that answers 200 and then
+        fails before any event is a failed candidate, and the next `models` entry is tried."""
         parser = sse.SSEParser()
         # The gateway asked upstream for usage on the client's behalf; a client that did not ask
         # must not get a chunk with empty `choices` (common code indexes choices[0]).
@@ -323,7 +323,7 @@ class ProxyHandler(BaseHandler):
             events = parser.feed(data)
             if not events:
                 return False
-            if not parked or backlog or not out.writable():
+            if not parked or backlog or not self._sse_open or not out.writable():
                 backlog.extend(events)
                 return True
             sent, n_chars = [], 0
@@ -380,6 +380,7 @@ class ProxyHandler(BaseHandler):
                             del obj["usage"]
                     _as_ours(obj, model)
                     event = sse.event(orjson.dumps(obj))
+                    self._open_sse()  # (the headers leave with the first event)
                     self.write(event)
                     last = obj
                     wrote += len(event)
@@ -407,6 +408,9 @@ class ProxyHandler(BaseHandler):
             if self._gone and usage is None and self._generated:
                 usage = await _usage_after_leave(call, backlog)
         except (UpstreamCut, UpstreamTimeout) as e:
+            if not self._sse_open and not self._gone and usage is None:
+                raise _Failed(GatewayError("upstream_timeout" if isinstance(e, UpstreamTimeout)
+                                           else "upstream_error")) from None  # nothing sent yet
             self._attempt_over()
             await self._cut(model, body, chars, e, usage)
             return
@@ -415,7 +419,10 @@ class ProxyHandler(BaseHandler):
         finally:
             ended = True
             backlog.clear()
+        if not self._sse_open and not self._gone and not done and usage is None:
+            raise _Failed(GatewayError("upstream_error", "The provider's stream ended before any event."))
         self._attempt_over()
+        self._open_sse()  # (an answer of no content events: the headers go with what follows)
         if self._gone or not done and usage is None:
             # the client left, or the provider ended without [DONE] or usage: bill its usage if
             # it came, else what was relayed
@@ -475,6 +482,7 @@ class ProxyHandler(BaseHandler):
             "error": err.body()["error"],
         }
         self.error = err
+        self._open_sse()
         try:
             self.finish(sse.event(orjson.dumps(chunk)))
         except tornado.iostream.StreamClosedError:
