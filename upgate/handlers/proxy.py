@@ -380,7 +380,8 @@ class ProxyHandler(BaseHandler):
                             del obj["usage"]
                     _as_ours(obj, model)
                     event = sse.event(orjson.dumps(obj))
-                    self._open_sse()  # (the headers leave with the first event)
+                    if not self._sse_open:
+                        self._open_sse()  # the headers leave with the first event
                     self.write(event)
                     last = obj
                     wrote += len(event)
