@@ -236,8 +236,7 @@ class Ledger:
         run once the store recovers: a hold, a stream slot and, for `:free`, a unit of the day's
         quota, behind a 503 that told the client nothing was charged. Release it when it shows
         up: the reaper would too, but only after the lease, and crediting nothing back."""
-        call = (self._release, self._finish_keys(account_id, hold_id),
-                (hold_id, 1 if free else 0, keyspace.key_record(account_id, ""), keyspace.free(account_id, "")))
+        call = self._release_call(account_id, hold_id, free)
         for delay in UNDO_AFTER_S:
             await asyncio.sleep(delay)
             try:
@@ -301,9 +300,7 @@ class Ledger:
         request back and strike `strike` toward cool-down in the same round trip. False when the
         hold was already closed. A store failure is logged: the reaper releases the hold when
         its lease lapses."""
-        calls = [(self._release, self._finish_keys(account_id, hold_id),
-                  (hold_id, 1 if credit_free else 0, keyspace.key_record(account_id, ""),
-                   keyspace.free(account_id, "")))]
+        calls = [self._release_call(account_id, hold_id, credit_free)]
         if strike:
             calls.append(self._cooldown_call("strike", strike))
         try:
@@ -317,6 +314,11 @@ class Ledger:
         if strike:
             self._cooldown_result(strike, results[1])
         return int(results[0][0]) > 0
+
+    def _release_call(self, account_id: str, hold_id: str, credit_free: bool):
+        return (self._release, self._finish_keys(account_id, hold_id),
+                (hold_id, 1 if credit_free else 0, keyspace.key_record(account_id, ""),
+                 keyspace.free(account_id, "")))
 
     async def _run(self, calls: list) -> list:
         """Run script calls: one alone is one EVALSHA; several go in one round trip (a pipeline;

@@ -41,7 +41,6 @@ _MAX_TOKENS = 100_000_000  # per request and kind: more than any context window 
 _NOT_DONE = b'"finish_reason":null'
 
 
-
 class _Failed(Exception):
     """This candidate failed before anything reached the client: try the next one."""
 
@@ -333,7 +332,7 @@ class ProxyHandler(BaseHandler):
                     backlog.extend(events[n:])
                     break
                 n_chars += _chars_chunk(obj)
-                if not self._generated and _NOT_DONE not in payload and _finishes(obj):
+                if not self._generated and _finishes(payload, obj):
                     self._generated = True
                 _as_ours(obj, model)
                 sent.append(sse.event(orjson.dumps(obj)))
@@ -369,7 +368,7 @@ class ProxyHandler(BaseHandler):
                     if isinstance(obj.get("error"), dict):
                         raise UpstreamCut(_error_message(obj["error"]))
                     chars += _chars_chunk(obj)
-                    if not self._generated and _NOT_DONE not in payload and _finishes(obj):
+                    if not self._generated and _finishes(payload, obj):
                         self._generated = True
                     if isinstance(obj.get("usage"), dict):
                         usage = obj["usage"]
@@ -587,8 +586,10 @@ def _usage_tokens(usage: dict, body: dict, chars: int) -> tuple[int, int]:
             _int(usage.get("completion_tokens"), _tokens(chars)))
 
 
-def _finishes(obj: dict) -> bool:
+def _finishes(payload: bytes, obj: dict) -> bool:
     """The chunk ends a choice: the provider is done generating (its usage event follows)."""
+    if _NOT_DONE in payload:
+        return False
     for choice in _list(obj.get("choices")):
         if isinstance(choice, dict) and choice.get("finish_reason"):
             return True

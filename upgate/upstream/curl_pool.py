@@ -169,31 +169,28 @@ class CurlPool(CurlAsyncHTTPClient):
             self._fds.pop(fd, None)
 
     def _handle_events(self, fd: int, events: int) -> None:
-        """Tornado's, but it asks libcurl for finished transfers only when there are some:
-        libcurl's count of running transfers falls below the count of handles added exactly
-        when one has ended. Tornado asks after every socket event, and the lists each answer
-        builds were 3% of a relayed stream's CPU. (socket_action has not asked to be called
-        again, CURLM_CALL_MULTI_PERFORM, since libcurl 7.20.)"""
-        action = (_IN if events & _READ else 0) | (_OUT if events & _WRITE else 0)
+        self._act(fd, (_IN if events & _READ else 0) | (_OUT if events & _WRITE else 0))
+
+    def _handle_timeout(self) -> None:
+        self._cancel_timer()  # called early: the pending timer would only repeat it
+        self._act(pycurl.SOCKET_TIMEOUT, 0)
+        # libcurl re-arms its timer through _set_timeout; tornado also re-reads it here, for
+        # clocks that disagree, and so does this
+        if self._timeout is None and (msecs := self._multi.timeout()) >= 0:
+            self._set_timeout(msecs)
+
+    def _act(self, fd: int, action: int) -> None:
+        """Tornado's socket_action step, but it asks libcurl for finished transfers only when
+        there are some: libcurl's count of running transfers falls below the count of handles
+        added exactly when one has ended. Tornado asks after every socket event, and the lists
+        each answer builds were 3% of a relayed stream's CPU. (socket_action has not asked to
+        be called again, CURLM_CALL_MULTI_PERFORM, since libcurl 7.20.)"""
         try:
             running = self._multi.socket_action(fd, action)[1]
         except pycurl.error:
             running = -1  # whatever happened, look
         if running < len(self._curls) - len(self._free_list):
             self._finish_pending_requests()
-
-    def _handle_timeout(self) -> None:
-        self._cancel_timer()  # called early: the pending timer would only repeat it
-        try:
-            running = self._multi.socket_action(pycurl.SOCKET_TIMEOUT, 0)[1]
-        except pycurl.error:
-            running = -1
-        if running < len(self._curls) - len(self._free_list):
-            self._finish_pending_requests()
-        # libcurl re-arms its timer through _set_timeout; tornado also re-reads it here, for
-        # clocks that disagree, and so does this
-        if self._timeout is None and (msecs := self._multi.timeout()) >= 0:
-            self._set_timeout(msecs)
 
     def _set_timeout(self, msecs: int) -> None:
         # libcurl passes -1 to delete its timer; tornado's version schedules a call at once.
