@@ -82,3 +82,36 @@ local function window_reset_ms(rpm_key, now)
   end
   return now
 end
+
+-- ---- webhook events ----------------------------------------------------------------------
+local OUTBOX_MAX = 1000               -- an account's undelivered events kept (oldest dropped)
+local OUTBOX_TTL_MS = 7 * 86400000    -- an outbox nobody moves (webhooks off) goes away
+
+-- Micro-toman as the API's decimal text with six fractional digits ("-12.500000").
+local function toman(micro)
+  local n = tonumber(micro) or 0
+  local sign = ''
+  if n < 0 then
+    sign, n = '-', -n
+  end
+  return sign .. string.format('%d.%06d', math.floor(n / 1000000), n % 1000000)
+end
+
+-- Append one event to the account's outbox, in the same atomic step as the change it reports,
+-- and file the account for the mover (upgate/webhooks/mover.py) unless its oldest event is
+-- already out for delivery (then delivering that one takes the next: one at a time, in order).
+-- The id is unique without a random source (scripts have none): 12 hex digits of the account's
+-- id (a random UUID), the time in ms and the account's event count, all in hex.
+-- `data` is a Lua table of the event's fields; upgate/webhooks/events.py fixes their order.
+local function emit_event(outbox, state, index, account_id, event_type, data, now_ms)
+  local seq = rcall('HINCRBY', state, 'seq', 1)
+  local id = 'evt_' .. string.sub(string.gsub(account_id, '-', ''), 1, 12) .. string.format('%011x%x', now_ms, seq)
+  local body = cjson.encode({id = id, type = event_type, created = math.floor(now_ms / 1000), data = data})
+  rcall('RPUSH', outbox, id .. ' ' .. body)
+  rcall('LTRIM', outbox, -OUTBOX_MAX, -1)
+  rcall('PEXPIRE', outbox, istr(OUTBOX_TTL_MS))
+  if rcall('HEXISTS', state, 'sent') == 0 then
+    rcall('ZADD', index, 'LT', istr(now_ms), account_id)
+  end
+  return id
+end
