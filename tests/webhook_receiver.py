@@ -15,11 +15,13 @@ class Receiver:
     def __init__(self):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/hook"
-        self.received: list[dict] = []  # every POST: {"headers", "body", "event", "status", "at"}
+        self.arrived: list[str] = []  # ids of the POSTs that were held (hang): never answered in time
+        self.received: list[dict] = []  # every other POST: {"headers", "body", "event", "status", "at"}
         self.lock = threading.Lock()
         self.status = 200
         self.fail_first = 0  # answer 500 to this many POSTs first
         self.hang_s = 0.0  # sleep this long before answering
+        self.hang_first = 0  # ... only the first this many POSTs (0: all of them)
         self.down = False  # answer 503 to everything
         receiver = self
 
@@ -28,6 +30,10 @@ class Receiver:
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 with receiver.lock:
                     hang = receiver.hang_s
+                    if receiver.hang_first > 0:
+                        receiver.hang_first -= 1
+                        if receiver.hang_first == 0:
+                            receiver.hang_s = 0.0
                     if receiver.down:
                         status = 503
                     elif receiver.fail_first > 0:
@@ -36,11 +42,14 @@ class Receiver:
                     else:
                         status = receiver.status
                 if hang:
-                    time.sleep(hang)
-                with receiver.lock:
-                    receiver.received.append({"headers": dict(self.headers), "body": body,
-                                              "event": orjson.loads(body), "status": status,
-                                              "at": time.monotonic()})
+                    with receiver.lock:
+                        receiver.arrived.append(orjson.loads(body)["id"])
+                    time.sleep(hang)  # the sender has given up or died by now: not counted
+                else:
+                    with receiver.lock:
+                        receiver.received.append({"headers": dict(self.headers), "body": body,
+                                                  "event": orjson.loads(body), "status": status,
+                                                  "at": time.monotonic()})
                 try:
                     self.send_response(status)
                     self.send_header("Content-Length", "2")
