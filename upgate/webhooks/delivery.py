@@ -35,6 +35,7 @@ log = logging.getLogger("upgate")
 
 SLOTS = 32  # attempts in flight per node
 FAILED_MAX = 1000  # failed deliveries kept for the operator
+GONE_MS = 86_400_000  # a consumer with nothing pending, silent this long, is a node long gone
 _KEYS = (keyspace.WEBHOOK_STREAM, keyspace.WEBHOOK_RETRY, keyspace.WEBHOOK_ATTEMPTS)
 USER_AGENT = f"upgate-webhooks/{__version__}"
 
@@ -84,6 +85,7 @@ class Delivery:
         self._due = store.script("webhook_due")
         self._retry = store.script("webhook_retry")
         self._finish = store.script("webhook_finish")
+        self._claims = 0
 
     # ---- life
     async def start(self) -> None:
@@ -164,7 +166,11 @@ class Delivery:
             self._spawn(store.text(flat[i]), _pairs(flat[i + 1]), flat[i + 2])
 
     async def claim(self) -> None:
-        """Attempt what a dead node left pending (idle past claim_s)."""
+        """Attempt what a dead node left pending (idle past claim_s); now and then forget the
+        consumers of nodes long gone (every restart is a new consumer name)."""
+        self._claims += 1
+        if self._claims % 500 == 1:
+            await self._forget_gone_consumers()
         if not self._free():
             return
         try:
@@ -180,6 +186,16 @@ class Delivery:
                 entry = store.text(entry)
                 log.info("webhooks: took over event entry %s from a silent node", entry)
                 self._spawn(entry, fields, await self.client.hget(keyspace.WEBHOOK_ATTEMPTS, entry))
+
+    async def _forget_gone_consumers(self) -> None:
+        try:
+            consumers = await self.client.xinfo_consumers(keyspace.WEBHOOK_STREAM, keyspace.WEBHOOK_GROUP)
+        except rexc.ResponseError:  # no stream or group yet
+            return
+        for c in consumers:
+            name = store.text(c["name"])
+            if name != self.consumer and int(c["pending"]) == 0 and int(c["idle"]) > GONE_MS:
+                await self.client.xgroup_delconsumer(keyspace.WEBHOOK_STREAM, keyspace.WEBHOOK_GROUP, name)
 
     # ---- one attempt
     def _spawn(self, entry: str, fields, attempts) -> None:
