@@ -393,15 +393,9 @@ class Ledger:
         """The reaper's index shards grouped by the cluster node that owns their slot (cached;
         rebuilt every 100 sweeps and after any refusal, so resharding is followed)."""
         if self._shard_groups is None or self._sweeps % 100 == 0:
-            groups: dict[str, tuple[object, list[int]]] = {}
-            for slot_no in range(keyspace.SLOTS):
-                if slot_no % 2048 == 0:
-                    await asyncio.sleep(0)  # let requests through: this is ~20 ms of work
-                node = self.client.get_node_from_key(keyspace.reap_shard(slot_no))
-                groups.setdefault(node.name, (node, []))[1].append(slot_no)
             self._shard_groups = [(node, [keyspace.reap_shard(n) for n in slots],
                                    ",".join(keyspace.slot_tag(n) for n in slots))
-                                  for node, slots in groups.values()]
+                                  for node, slots in await store.slots_by_node(self.client, keyspace.reap_shard)]
         self._sweeps += 1
         return self._shard_groups
 

@@ -109,12 +109,7 @@ class Outbox:
     async def _node_groups(self) -> list[tuple[object, str]]:
         """(cluster node, comma-joined slot tags of the shards it owns); rebuilt every 100 ticks."""
         if self._groups is None or self._ticks % 100 == 0:
-            groups: dict[str, tuple[object, list[str]]] = {}
-            for slot_no in range(keyspace.SLOTS):
-                if slot_no % 2048 == 0:
-                    await asyncio.sleep(0)
-                node = self.client.get_node_from_key(keyspace.outbox_shard(slot_no))
-                groups.setdefault(node.name, (node, []))[1].append(keyspace.slot_tag(slot_no))
-            self._groups = [(node, ",".join(tags)) for node, tags in groups.values()]
+            self._groups = [(node, ",".join(keyspace.slot_tag(n) for n in slots))
+                            for node, slots in await store.slots_by_node(self.client, keyspace.outbox_shard)]
         self._ticks += 1
         return self._groups
