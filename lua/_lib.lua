@@ -115,3 +115,40 @@ local function emit_event(outbox, state, index, account_id, event_type, data, no
   end
   return id
 end
+
+-- wallet.low_balance, decided after a charge or a debit (settle.lua, the transaction step):
+-- available = balance - held below the wallet's `low_balance` threshold (micro-toman; absent =
+-- no alert) fires once. `low_fired` remembers the threshold it fired for, so changing the
+-- threshold arms it again; money coming in (`credit` = true) that brings available back to the
+-- threshold or above arms it again too. Hold churn never re-arms it: a busy account hovering at
+-- its threshold would otherwise fire on every other request.
+local function low_balance_check(wallet, outbox, state, index, account_id, now_ms, credit)
+  local w = rcall('HMGET', wallet, 'balance', 'held', 'low_balance', 'low_fired')
+  local threshold = w[3]
+  if not threshold or threshold == '' then
+    return
+  end
+  local balance = tonumber(w[1]) or 0
+  local available = balance - (tonumber(w[2]) or 0)
+  if available < tonumber(threshold) then
+    if w[4] ~= threshold then
+      rcall('HSET', wallet, 'low_fired', threshold)
+      emit_event(outbox, state, index, account_id, 'wallet.low_balance',
+                 {account_id = account_id, balance_toman = toman(balance), available_toman = toman(available),
+                  low_balance_toman = toman(threshold)}, now_ms)
+    end
+  elseif credit and w[4] then
+    rcall('HDEL', wallet, 'low_fired')
+  end
+end
+
+-- key.monthly_limit_reached, once per key and Jalali month (a `limit_event:<month>` flag on the
+-- key record): when admit refuses a request for the limit, or a settlement brings `spent` to it.
+local function limit_reached(key_record, outbox, state, index, account_id, key_id, month, limit, spent, now_ms)
+  if rcall('HSETNX', key_record, 'limit_event:' .. month, '1') == 0 then
+    return
+  end
+  emit_event(outbox, state, index, account_id, 'key.monthly_limit_reached',
+             {account_id = account_id, key_id = key_id, monthly_limit_toman = toman(limit),
+              spent_toman = toman(spent)}, now_ms)
+end
