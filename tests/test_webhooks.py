@@ -258,3 +258,17 @@ def test_outbox_on_a_cluster(cluster_url, receiver, engines):
     wait_for(lambda: len(receiver.accepted()) == 6, 20, "every account's event")
     assert {e["data"]["account_id"] for e in receiver.accepted()} == set(accts)
     assert len({e["id"] for e in receiver.accepted()}) == 6
+
+
+def test_a_node_delivers_and_counts_on_metrics(redis_url, receiver, make_node):
+    import httpx
+
+    receiver.fail_first = 1
+    node = make_node(webhook_url=receiver.url, webhook_secret=SECRET, webhook_timeout_s=1.0,
+                     webhook_backoff_s=0.2, webhook_claim_s=2.0, webhook_poll_s=0.1)
+    client = store.connect_sync(redis_url)
+    accounts.suspend(client, new_account(client))
+    wait_for(lambda: receiver.accepted(), 10, "the event")
+    text = httpx.get(node.url + "/metrics", timeout=5).text
+    assert 'upgate_webhook_deliveries_total{outcome="delivered"} 1.0' in text
+    assert 'upgate_webhook_deliveries_total{outcome="retried"} 1.0' in text
