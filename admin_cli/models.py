@@ -6,7 +6,7 @@ import os
 import click
 
 from admin_cli.output import Refused, emit, json_option, table
-from upgate import catalog, jalali
+from upgate import catalog, catalog_store, jalali
 
 
 def _iso(ts: float | None) -> str | None:
@@ -43,10 +43,10 @@ def load(file: str, providers_path: str | None, as_json: bool) -> None:
         raise Refused(f"providers file {providers_path}{how} not found: pass --providers FILE "
                       "so the catalog's provider names can be checked")
     try:
-        items = catalog.read_file(file, providers_path)
+        items = catalog_store.read_file(file, providers_path)
     except catalog.CatalogError as e:
         raise Refused(str(e)) from None
-    version, updated = catalog.replace(redis_client(), items)
+    version, updated = catalog_store.replace(redis_client(), items)
     count = len(items)
     result = {"models": count, "version": version, "prices_updated_at": _iso(updated)}
     emit(result, message=f"loaded {count} models: catalog version {version}, "
@@ -64,7 +64,7 @@ def list_(as_json: bool) -> None:
     """
     from admin_cli.main import redis_client
 
-    version, updated, items = catalog.read(redis_client())
+    version, updated, items = catalog_store.read(redis_client())
     created = int(updated or 0)
     result = {"models": [catalog.admin_record(m, created) for m in items],
               "version": version, "prices_updated_at": _iso(updated)}

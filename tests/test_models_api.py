@@ -15,7 +15,7 @@ import urllib.request
 import openai
 import pytest
 
-from upgate import catalog, keyspace, store
+from upgate import catalog, catalog_store, keyspace, store
 
 KEY = "sk-up-" + "x" * 40  # well-formed, unknown: the models routes need no key
 
@@ -60,7 +60,7 @@ hidden = true
 
 
 def load(redis_url: str, text: str = CATALOG) -> str:
-    return catalog.store(store.connect_sync(redis_url), catalog.parse(text, {"mock", "dead"}))
+    return catalog_store.store(store.connect_sync(redis_url), catalog.parse(text, {"mock", "dead"}))
 
 
 def drop_catalog(redis_url: str) -> None:

@@ -1,0 +1,140 @@
+"""The catalog in the store (Redis): atomic replace, version and meta, reading it back.
+
+- ``replace`` writes the new catalog to a staging hash, then one Lua call renames it over
+  ``keyspace.CATALOG``, stamps ``prices_updated_at`` from Redis ``TIME``, bumps the version in
+  ``keyspace.CATALOG_META`` and publishes ``{"t": "catalog", "version": v}``. All three keys
+  share the ``{catalog}`` hash tag (one cluster slot), so the swap is atomic everywhere.
+- ``read_file``/``load_file`` read a catalog file and the providers file (the rules of a valid
+  catalog are ``upgate.catalog``'s).
+
+Sync service layer (redis.Redis / redis.RedisCluster clients): the CLI and the management API
+call these functions; the gateway's in-memory copy is ``upgate.catalog_cache``.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import tomllib
+
+import orjson
+
+from upgate import keyspace
+from upgate.catalog import CatalogError, Model, parse
+from upgate.store import text
+
+# Swap the staged catalog in, atomically.
+# Input:  KEYS[1] staging hash (model id → JSON), KEYS[2] the catalog hash, KEYS[3] the meta hash
+#         (all with the {catalog} tag: one slot). ARGV[1] the pub/sub channel.
+# Output: {version, seconds, microseconds} (prices_updated_at is Redis TIME).
+SWAP = """
+local rcall = redis.call
+local staging, models, meta = KEYS[1], KEYS[2], KEYS[3]
+local channel = ARGV[1]
+local now = rcall('TIME')
+rcall('RENAME', staging, models)
+rcall('PERSIST', models)
+rcall('HSET', meta, 'prices_updated_at', now[1] .. '.' .. string.format('%06d', tonumber(now[2])))
+local version = rcall('HINCRBY', meta, 'version', 1)
+rcall('PUBLISH', channel, '{"t":"catalog","version":"' .. version .. '"}')
+return {version, now[1], now[2]}
+"""
+
+# Read the catalog and its meta in one atomic step.
+# Input:  KEYS[1] the meta hash, KEYS[2] the catalog hash.
+# Output: {meta as a flat field/value list, catalog as a flat id/JSON list}
+READ = """
+return {redis.call('HGETALL', KEYS[1]), redis.call('HGETALL', KEYS[2])}
+"""
+
+
+def _pairs(flat) -> dict[str, str]:
+    flat = [text(x) for x in flat]
+    return dict(zip(flat[0::2], flat[1::2]))
+
+
+def replace(client, models: list[Model]) -> tuple[str, float]:
+    """Replace the catalog atomically with `models` (already validated by `parse`): stage a
+    new hash, then one Lua call renames it in, stamps prices_updated_at from Redis TIME,
+    bumps the version and publishes the swap. Sync client. Returns (version, prices_updated_at)."""
+    if not models:
+        raise CatalogError("refusing to store an empty catalog")
+    staging = f"{keyspace.CATALOG}:staging:{os.urandom(8).hex()}"
+    pipe = client.pipeline(transaction=False)
+    pipe.hset(staging, mapping={m.id: orjson.dumps(m.to_json()) for m in models})
+    pipe.expire(staging, 600)  # a crash between the two steps leaves nothing behind for long
+    pipe.execute()
+    version, sec, usec = client.eval(SWAP, 3, staging, keyspace.CATALOG, keyspace.CATALOG_META,
+                                     keyspace.CHANNEL)
+    return text(version), int(sec) + int(usec) / 1_000_000
+
+
+def store(client, models: list[Model]) -> str:
+    """`replace`, returning only the new version."""
+    return replace(client, models)[0]
+
+
+def read_provider_names(providers_path) -> set[str]:
+    """The ``[providers.X]`` names of the providers file (validated by the upstream module
+    when it is available). Raises CatalogError with one line for the operator."""
+    try:
+        from upgate.upstream.providers import ProvidersError, load_providers
+    except ImportError:  # pragma: no cover - the upstream package ships with upgate
+        try:
+            with open(providers_path, "rb") as f:
+                doc = tomllib.load(f)
+        except FileNotFoundError:
+            raise CatalogError(f"providers file not found: {providers_path}") from None
+        except (OSError, tomllib.TOMLDecodeError) as e:
+            raise CatalogError(f"cannot read providers file {providers_path}: {e}") from None
+        table = doc.get("providers")
+        if not isinstance(table, dict) or not table:
+            raise CatalogError(f"providers file {providers_path} has no [providers.NAME] table")
+        return set(table)
+    quiet = logging.getLogger("upgate.upstream")
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)  # an unset API key only matters to the gateway, not here
+    try:
+        return set(load_providers(providers_path))
+    except ProvidersError as e:
+        raise CatalogError(str(e)) from None
+    finally:
+        quiet.setLevel(level)
+
+
+def read_file(path, providers_path) -> list[Model]:
+    """Read and validate a catalog file (nothing is written). `providers_path` None skips the
+    provider-name check. Raises CatalogError: one line, prefixed with the file's path."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except FileNotFoundError:
+        raise CatalogError(f"catalog file not found: {path}") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise CatalogError(f"cannot read catalog file {path}: {e}") from None
+    names = read_provider_names(providers_path) if providers_path is not None else None
+    try:
+        return parse(text, names)
+    except CatalogError as e:
+        raise CatalogError(f"{path}: {e}") from None
+
+
+def load_file(client, path, providers_path) -> tuple[int, str]:
+    """Read, validate and store a catalog file: returns (number of models, new version).
+    Nothing is written when the file is refused."""
+    models = read_file(path, providers_path)
+    return len(models), store(client, models)
+
+
+def decode_snapshot(raw) -> tuple[dict[str, str], list[Model]]:
+    meta_flat, models_flat = raw
+    meta = _pairs(meta_flat)
+    models = [Model.from_json(orjson.loads(v)) for v in _pairs(models_flat).values()]
+    models.sort(key=lambda m: m.id)
+    return meta, models
+
+
+def read(client) -> tuple[str | None, float | None, list[Model]]:
+    """(version, prices_updated_at, models sorted by id, hidden included) — sync client."""
+    meta, models = decode_snapshot(client.eval(READ, 2, keyspace.CATALOG_META, keyspace.CATALOG))
+    updated = meta.get("prices_updated_at")
+    return meta.get("version"), float(updated) if updated else None, models
