@@ -12,7 +12,7 @@ import redis
 import redis.asyncio as aioredis
 
 from upgate import catalog_store, keyspace, store
-from upgate.catalog import CatalogError, check_allowed, model_record, parse, valid_id
+from upgate.catalog import CatalogError, Model, check_allowed, model_record, parse, valid_id
 from upgate.catalog_cache import Catalog
 from upgate.errors import GatewayError
 
@@ -234,8 +234,29 @@ def test_model_record_shape_and_svc_pricing():
         "capabilities": ["chat"],
         "svc_pricing": {"prompt_toman_per_million": "15000.000000",
                         "completion_toman_per_million": "60000.000000",
-                        "request_toman": "1.000000", "web_search_toman": "25.500000"},
+                        "request_toman": "1.000000", "web_search_toman": "25.500000",
+                        # unset cache prices are the prompt price
+                        "cached_prompt_toman_per_million": "15000.000000",
+                        "cache_write_toman_per_million": "15000.000000"},
     }
+
+
+def test_cache_prices_are_optional_decimals():
+    text = entry(cached_prompt_toman_per_million="1500.5")
+    m = parse(text, PROVIDERS)[0]
+    assert m.cached_prompt_toman_per_million == Decimal("1500.5")
+    assert m.cache_write_toman_per_million is None
+    assert m.price("cache_write_toman_per_million") == m.prompt_toman_per_million
+    p = model_record(m, 0)["svc_pricing"]
+    assert p["cached_prompt_toman_per_million"] == "1500.500000"
+    assert p["cache_write_toman_per_million"] == "15000.000000"
+    # the stored form keeps "unset" apart from "set to the prompt price"
+    assert m.to_json()["cache_write_toman_per_million"] is None
+    assert Model.from_json(m.to_json()) == m
+    with pytest.raises(CatalogError, match="cache_write_toman_per_million must be a decimal string"):
+        parse(entry(cache_write_toman_per_million=_Raw("0.5")), PROVIDERS)
+    with pytest.raises(CatalogError, match="must not be negative"):
+        parse(entry(cached_prompt_toman_per_million="-1"), PROVIDERS)
 
 
 def test_owned_by_is_the_id_prefix_not_the_route():

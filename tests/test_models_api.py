@@ -125,6 +125,8 @@ def test_list_and_retrieve_with_the_openai_client(acme_node):
         "completion_toman_per_million": "60000.500000",
         "request_toman": "2.000000",
         "web_search_toman": "0.000000",
+        "cached_prompt_toman_per_million": "15000.000000",  # unset: the prompt price
+        "cache_write_toman_per_million": "15000.000000",
     }
 
     m = c.models.retrieve("acme/chat-1:free")  # the client percent-encodes the slash
@@ -137,6 +139,7 @@ def test_list_and_retrieve_with_the_openai_client(acme_node):
     assert rec["svc_pricing"] == {
         "prompt_toman_per_million": "0.000000", "completion_toman_per_million": "0.000000",
         "request_toman": "0.000000", "web_search_toman": "0.000000",
+        "cached_prompt_toman_per_million": "0.000000", "cache_write_toman_per_million": "0.000000",
     }
     assert c.models.retrieve("acme/embed-1").to_dict()["capabilities"] == ["embeddings"]
 

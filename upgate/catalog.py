@@ -31,8 +31,11 @@ MAX_ID_LENGTH = 200
 CAPABILITIES = frozenset({"chat", "embeddings", "completions"})
 PRICE_FIELDS = ("prompt_toman_per_million", "completion_toman_per_million",
                 "request_toman", "web_search_toman")
+# Prompt tokens the provider reports as read from its cache / written to it; unset = the prompt price.
+CACHE_PRICE_FIELDS = ("cached_prompt_toman_per_million", "cache_write_toman_per_million")
+ALL_PRICE_FIELDS = PRICE_FIELDS + CACHE_PRICE_FIELDS
 _REQUIRED_PRICES = ("prompt_toman_per_million", "completion_toman_per_million")
-_FIELDS = frozenset({"id", "provider", "upstream_model", "name", *PRICE_FIELDS, "capabilities",
+_FIELDS = frozenset({"id", "provider", "upstream_model", "name", *ALL_PRICE_FIELDS, "capabilities",
                      "context_length", "max_output_tokens", "hidden"})
 _DECIMAL = re.compile(r"^[0-9]+(?:\.[0-9]+)?$")
 _ZERO = money.to_decimal(0)
@@ -65,16 +68,24 @@ class Model:
     context_length: int | None = None
     max_output_tokens: int | None = None
     hidden: bool = False
+    cached_prompt_toman_per_million: Decimal | None = None  # None: the prompt price
+    cache_write_toman_per_million: Decimal | None = None  # None: the prompt price
     free: bool = field(init=False)  # id ends with ":free"
     online: bool = field(init=False)  # id ends with ":online"
-    # The four prices as exact integers, for pricing without Decimal on every request:
-    # (prompt, completion) in micro-toman per million tokens, (request, web search) in micro-toman.
-    rates: tuple[int, int, int, int] = field(init=False, repr=False, compare=False)
+    # The prices as exact integers, for pricing without Decimal on every request: (prompt,
+    # completion) in micro-toman per million tokens, (request, web search) in micro-toman,
+    # (cached prompt, cache write) in micro-toman per million tokens.
+    rates: tuple[int, int, int, int, int, int] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "free", self.id.endswith(":free"))
         object.__setattr__(self, "online", self.id.endswith(":online"))
-        object.__setattr__(self, "rates", tuple(_micro(getattr(self, f)) for f in PRICE_FIELDS))
+        object.__setattr__(self, "rates", tuple(_micro(self.price(f)) for f in ALL_PRICE_FIELDS))
+
+    def price(self, name: str) -> Decimal:
+        """A price field in force: an unset cache price is the prompt price."""
+        value = getattr(self, name)
+        return self.prompt_toman_per_million if value is None else value
 
     @property
     def owned_by(self) -> str:
@@ -87,6 +98,8 @@ class Model:
             "id": self.id, "provider": self.provider, "upstream_model": self.upstream_model,
             "name": self.name,
             **{f: money.fmt(money.parse_toman(getattr(self, f))) for f in PRICE_FIELDS},
+            **{f: None if getattr(self, f) is None else money.fmt(money.parse_toman(getattr(self, f)))
+               for f in CACHE_PRICE_FIELDS},
             "capabilities": sorted(self.capabilities),
             "context_length": self.context_length, "max_output_tokens": self.max_output_tokens,
             "hidden": self.hidden,
@@ -97,6 +110,7 @@ class Model:
         return cls(
             id=d["id"], provider=d["provider"], upstream_model=d["upstream_model"], name=d["name"],
             **{f: Decimal(d[f]) for f in PRICE_FIELDS},
+            **{f: Decimal(d[f]) for f in CACHE_PRICE_FIELDS if d.get(f) is not None},
             capabilities=frozenset(d["capabilities"]),
             context_length=d.get("context_length"), max_output_tokens=d.get("max_output_tokens"),
             hidden=bool(d.get("hidden", False)),
@@ -177,15 +191,15 @@ def _entry(index: int, entry: object, provider_names: set[str] | None) -> Model:
         raise CatalogError(f"{where}: provider {provider!r} is not in the providers file (known: {known})")
 
     prices = {}
-    for name in PRICE_FIELDS:
+    for name in ALL_PRICE_FIELDS:
         if name not in entry:
             if name in _REQUIRED_PRICES:
                 raise CatalogError(f'{where}: {name} is required (a decimal string like "15000")')
-            prices[name] = _ZERO
+            prices[name] = None if name in CACHE_PRICE_FIELDS else _ZERO
             continue
         prices[name] = _price(where, name, entry[name])
     if mid.endswith(":free") and any(prices.values()):
-        paid = next(n for n in PRICE_FIELDS if prices[n])
+        paid = next(n for n in ALL_PRICE_FIELDS if prices[n])
         raise CatalogError(f'{where}: {paid} must be "0" for a :free model')
 
     caps = entry.get("capabilities", ["chat"])
@@ -246,6 +260,12 @@ def parse(text: str, provider_names: set[str] | None) -> list[Model]:
     if entries is not None and not isinstance(entries, list):
         raise CatalogError(f"models is {_toml_kind(entries)}; write each model as its own "
                            "[[models]] entry")
+    return validate(entries, provider_names)
+
+
+def validate(entries: list, provider_names: set[str] | None) -> list[Model]:
+    """Validate catalog entries (dicts shaped like ``[[models]]`` tables: a TOML file's, or
+    ``models sync``'s); raise CatalogError at the first refused entry."""
     if not entries:
         raise CatalogError("no [[models]] entries: refusing to load an empty catalog")
     models: list[Model] = []
@@ -272,7 +292,7 @@ def model_record(m: Model, created: int) -> dict:
         "context_length": m.context_length,
         "max_output_tokens": m.max_output_tokens,
         "capabilities": sorted(m.capabilities),
-        "svc_pricing": {f: money.fmt(money.parse_toman(getattr(m, f))) for f in PRICE_FIELDS},
+        "svc_pricing": {f: money.fmt(money.parse_toman(m.price(f))) for f in ALL_PRICE_FIELDS},
     }
 
 

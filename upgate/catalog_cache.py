@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from decimal import Decimal
 
 import orjson
 
 from upgate import keyspace
 from upgate.background import stop_if_cancelled
 from upgate.catalog import Model, model_record, not_found, valid_id
-from upgate.catalog_store import READ, decode_snapshot
+from upgate.catalog_store import READ, decode_snapshot, syncs
 from upgate.errors import GatewayError
 from upgate.store import text
 
@@ -26,11 +27,19 @@ log = logging.getLogger("upgate.catalog")
 class _Snapshot:
     """One catalog version, complete, never mutated: what a node serves between swaps."""
 
-    def __init__(self, version: str, prices_updated_at: float | None, models: list[Model]):
+    def __init__(self, version: str, prices_updated_at: float | None, models: list[Model],
+                 syncs: dict[str, dict] | None = None):
         self.version = version
         self.prices_updated_at = prices_updated_at
         created = int(prices_updated_at or 0)
         self.all = {m.id: m for m in models}
+        # provider → (usd_toman, markup) of its last price sync: bill_by = "provider_cost"
+        self.cost_rates = {}
+        for provider, rec in (syncs or {}).items():
+            try:
+                self.cost_rates[provider] = (Decimal(rec["usd_toman"]), Decimal(rec["markup"]))
+            except (KeyError, TypeError, ArithmeticError):
+                log.warning("catalog: unreadable price-sync record for provider %s", provider)
         self.visible = [m for m in models if not m.hidden]
         self.by_id = {m.id: m for m in self.visible}
         # rendered once per version: the models endpoints never re-render per request
@@ -78,7 +87,7 @@ class Catalog:
                 log.warning("the store holds no catalog; keeping version %s", self._snap.version)
             return
         updated = meta.get("prices_updated_at")
-        self._snap = _Snapshot(version, float(updated) if updated else None, models)
+        self._snap = _Snapshot(version, float(updated) if updated else None, models, syncs(meta))
         log.info("catalog version %s in force: %d models", version, len(models))
 
     def on_event(self, msg: dict) -> asyncio.Task | None:
@@ -144,6 +153,11 @@ class Catalog:
         """Any model of the catalog in force, hidden ones included (None when absent)."""
         snap = self._snap
         return snap.all.get(model_id) if snap else None
+
+    def cost_rate(self, provider: str) -> tuple[Decimal, Decimal] | None:
+        """(usd_toman, markup) the provider's last `models sync` recorded, or None."""
+        snap = self._snap
+        return snap.cost_rates.get(provider) if snap else None
 
     def visible(self) -> list[Model]:
         snap = self._snap

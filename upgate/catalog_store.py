@@ -17,6 +17,7 @@ import os
 import tomllib
 
 import orjson
+import redis.exceptions
 
 from upgate import keyspace
 from upgate.catalog import CatalogError, Model, parse
@@ -24,17 +25,32 @@ from upgate.store import text
 
 # Swap the staged catalog in, atomically.
 # Input:  KEYS[1] staging hash (model id → JSON), KEYS[2] the catalog hash, KEYS[3] the meta hash
-#         (all with the {catalog} tag: one slot). ARGV[1] the pub/sub channel.
-# Output: {version, seconds, microseconds} (prices_updated_at is Redis TIME).
+#         (all with the {catalog} tag: one slot). ARGV[1] the pub/sub channel. ARGV[2] the
+#         provider a `models sync` priced ('' for a load), ARGV[3] its record (JSON object:
+#         source, usd_toman, markup), stored as meta field `sync:<provider>` with `at` (unix
+#         seconds, Redis TIME) and `version` added. ARGV[4] the version the caller based the
+#         catalog on ('' = any): another one in force refuses the swap, nothing written.
+# Output: {version, seconds, microseconds} (prices_updated_at is Redis TIME), or the error
+#         "stale" when ARGV[4] is not the version in force.
 SWAP = """
 local rcall = redis.call
 local staging, models, meta = KEYS[1], KEYS[2], KEYS[3]
-local channel = ARGV[1]
+local channel, provider, record, expect = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+if expect ~= '' and (rcall('HGET', meta, 'version') or '') ~= expect then
+  rcall('DEL', staging)
+  return redis.error_reply('stale')
+end
 local now = rcall('TIME')
 rcall('RENAME', staging, models)
 rcall('PERSIST', models)
 rcall('HSET', meta, 'prices_updated_at', now[1] .. '.' .. string.format('%06d', tonumber(now[2])))
 local version = rcall('HINCRBY', meta, 'version', 1)
+if provider ~= '' then
+  local rec = cjson.decode(record)
+  rec['at'] = now[1]
+  rec['version'] = tostring(version)
+  rcall('HSET', meta, 'sync:' .. provider, cjson.encode(rec))
+end
 rcall('PUBLISH', channel, '{"t":"catalog","version":"' .. version .. '"}')
 return {version, now[1], now[2]}
 """
@@ -52,10 +68,17 @@ def _pairs(flat) -> dict[str, str]:
     return dict(zip(flat[0::2], flat[1::2]))
 
 
-def replace(client, models: list[Model]) -> tuple[str, float]:
+class StaleCatalog(CatalogError):
+    """Another catalog was stored between reading the one in force and replacing it."""
+
+
+def replace(client, models: list[Model], *, sync: tuple[str, dict] | None = None,
+            expect_version: str | None = None) -> tuple[str, float]:
     """Replace the catalog atomically with `models` (already validated by `parse`): stage a
     new hash, then one Lua call renames it in, stamps prices_updated_at from Redis TIME,
-    bumps the version and publishes the swap. Sync client. Returns (version, prices_updated_at)."""
+    bumps the version and publishes the swap. Sync client. Returns (version, prices_updated_at).
+    `sync` = (provider, {"source", "usd_toman", "markup"}) records a price sync with the
+    version; `expect_version` refuses the swap (StaleCatalog) when another version is in force."""
     if not models:
         raise CatalogError("refusing to store an empty catalog")
     staging = f"{keyspace.CATALOG}:staging:{os.urandom(8).hex()}"
@@ -63,8 +86,16 @@ def replace(client, models: list[Model]) -> tuple[str, float]:
     pipe.hset(staging, mapping={m.id: orjson.dumps(m.to_json()) for m in models})
     pipe.expire(staging, 600)  # a crash between the two steps leaves nothing behind for long
     pipe.execute()
-    version, sec, usec = client.eval(SWAP, 3, staging, keyspace.CATALOG, keyspace.CATALOG_META,
-                                     keyspace.CHANNEL)
+    provider, record = sync if sync is not None else ("", {})
+    try:
+        version, sec, usec = client.eval(SWAP, 3, staging, keyspace.CATALOG, keyspace.CATALOG_META,
+                                         keyspace.CHANNEL, provider, orjson.dumps(record),
+                                         expect_version or "")
+    except redis.exceptions.ResponseError as e:
+        if "stale" not in str(e):
+            raise
+        raise StaleCatalog("the catalog changed while this ran (another load or sync): "
+                           "run it again") from None
     return text(version), int(sec) + int(usec) / 1_000_000
 
 
@@ -138,3 +169,22 @@ def read(client) -> tuple[str | None, float | None, list[Model]]:
     meta, models = decode_snapshot(client.eval(READ, 2, keyspace.CATALOG_META, keyspace.CATALOG))
     updated = meta.get("prices_updated_at")
     return meta.get("version"), float(updated) if updated else None, models
+
+
+def syncs(meta: dict[str, str]) -> dict[str, dict]:
+    """Provider → its last `models sync` record ({"source", "usd_toman", "markup", "at" (unix
+    seconds), "version"}), from the catalog's meta hash."""
+    out = {}
+    for name, raw in meta.items():
+        if name.startswith("sync:"):
+            try:
+                out[name[len("sync:"):]] = orjson.loads(raw)
+            except orjson.JSONDecodeError:
+                continue
+    return out
+
+
+def read_syncs(client) -> dict[str, dict]:
+    """The last price sync of each provider (see `syncs`) — sync client."""
+    return syncs({text(k): text(v) for k, v in client.hgetall(keyspace.CATALOG_META).items()})
+
