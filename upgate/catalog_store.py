@@ -6,6 +6,8 @@
   share the ``{catalog}`` hash tag (one cluster slot), so the swap is atomic everywhere.
 - ``read_file``/``load_file`` read a catalog file and the providers file (the rules of a valid
   catalog are ``upgate.catalog``'s).
+- ``sync`` reprices a provider's models from an upstream model list (``upgate.price_sync``
+  holds the rules) and swaps the result in the same way.
 
 Sync service layer (redis.Redis / redis.RedisCluster clients): the CLI and the management API
 call these functions; the gateway's in-memory copy is ``upgate.catalog_cache``.
@@ -15,12 +17,17 @@ from __future__ import annotations
 import logging
 import os
 import tomllib
+from dataclasses import dataclass
+from decimal import Decimal
+
+import pycurl
 
 import orjson
 import redis.exceptions
 
-from upgate import keyspace
-from upgate.catalog import CatalogError, Model, parse
+from upgate import keyspace, price_sync
+from upgate.catalog import CatalogError, Model, parse, validate
+from upgate.price_sync import SyncError
 from upgate.store import text
 
 # Swap the staged catalog in, atomically.
@@ -187,4 +194,128 @@ def syncs(meta: dict[str, str]) -> dict[str, dict]:
 def read_syncs(client) -> dict[str, dict]:
     """The last price sync of each provider (see `syncs`) — sync client."""
     return syncs({text(k): text(v) for k, v in client.hgetall(keyspace.CATALOG_META).items()})
+
+
+# ---- models sync: reprice from an upstream model list ------------------------------------------
+
+MAX_SOURCE_BYTES = 32 * 1024 * 1024  # OpenRouter's whole list is a few MB
+SOURCE_TIMEOUT_S = 30.0
+
+
+class ChangeTooLarge(SyncError):
+    """A price moves more than --max-change allows (or --prune removes too many models):
+    refused unless confirmed, so a broken source cannot zero the catalog."""
+
+    def __init__(self, message: str, outcome: "SyncOutcome"):
+        super().__init__(message, "max_change")
+        self.outcome = outcome
+
+
+@dataclass
+class SyncOutcome:
+    version: str | None  # the version in force afterwards
+    plan: price_sync.Plan
+    applied: bool
+    over_limit: str | None = None  # why --max-change refuses it (a dry run reports, never refuses)
+
+    def to_json(self) -> dict:
+        """`{"version", "changed", "added", "removed", "unchanged"}` (docs/prices.md)."""
+        return {"version": self.version,
+                **{kind: [c.row() for c in self.plan.of(kind)] for kind in ("changed", "added", "removed")},
+                "unchanged": self.plan.unchanged}
+
+
+def fetch(source: str, *, timeout_s: float = SOURCE_TIMEOUT_S, max_bytes: int | None = None) -> bytes:
+    """The source's bytes: an http(s) URL (fetched within `timeout_s` in all) or a file, never
+    more than `max_bytes` (default MAX_SOURCE_BYTES). Raises SyncError with one line."""
+    max_bytes = MAX_SOURCE_BYTES if max_bytes is None else max_bytes
+    if not source.startswith(("http://", "https://")):
+        try:
+            with open(source, "rb") as f:
+                raw = f.read(max_bytes + 1)
+        except OSError as e:
+            raise SyncError(f"cannot read the source {source}: {e.strerror or e}", "source") from None
+        if len(raw) > max_bytes:
+            raise SyncError(f"the source is larger than {max_bytes} bytes: refused", "source")
+        return raw
+    buf = bytearray()
+
+    def write(chunk: bytes):
+        buf.extend(chunk)
+        return None if len(buf) <= max_bytes else 0  # 0 aborts the transfer
+
+    c = pycurl.Curl()
+    try:
+        c.setopt(pycurl.URL, source)
+        c.setopt(pycurl.WRITEFUNCTION, write)
+        c.setopt(pycurl.NOSIGNAL, 1)
+        c.setopt(pycurl.FOLLOWLOCATION, 1)
+        c.setopt(pycurl.MAXREDIRS, 3)
+        c.setopt(pycurl.PROTOCOLS, pycurl.PROTO_HTTP | pycurl.PROTO_HTTPS)
+        c.setopt(pycurl.REDIR_PROTOCOLS, pycurl.PROTO_HTTP | pycurl.PROTO_HTTPS)
+        c.setopt(pycurl.TIMEOUT_MS, max(1, int(timeout_s * 1000)))
+        c.setopt(pycurl.ACCEPT_ENCODING, "")
+        c.perform()
+        status = c.getinfo(pycurl.RESPONSE_CODE)
+    except pycurl.error as e:
+        if len(buf) > max_bytes:
+            raise SyncError(f"the source is larger than {max_bytes} bytes: refused", "source") from None
+        code = e.args[0] if e.args else None
+        if code == pycurl.E_OPERATION_TIMEDOUT:
+            raise SyncError(f"the source did not answer within {timeout_s:g} s", "source") from None
+        raise SyncError(f"cannot fetch the source: {e.args[-1] if e.args else e}", "source") from None
+    finally:
+        c.close()
+    if status != 200:
+        raise SyncError(f"the source answered HTTP {status}, not 200", "source")
+    return bytes(buf)
+
+
+def sync(client, source: str, *, provider: str, usd_toman, markup="1", include=(), prune: bool = False,
+         dry_run: bool = False, max_change="30", confirmed: bool = False,
+         provider_names: set[str] | None = None, timeout_s: float = SOURCE_TIMEOUT_S,
+         max_bytes: int | None = None) -> SyncOutcome:
+    """Reprice `provider`'s models from the upstream list at `source` (price_sync.plan), check
+    the result like `models load` and swap it in, recording the source, rate and markup with
+    the version. Dry run: the plan only. Raises SyncError (nothing written); ChangeTooLarge
+    when a price moves more than `max_change` percent and `confirmed` is false."""
+    rate, factor = price_sync.factor(usd_toman, "usd_toman"), price_sync.factor(markup, "markup")
+    limit = price_sync.percent(max_change)
+    if provider_names is not None and provider not in provider_names:
+        known = ", ".join(sorted(provider_names)) or "none"
+        raise SyncError(f"provider {provider!r} is not in the providers file (known: {known})", "provider")
+    models = price_sync.read_source(fetch(source, timeout_s=timeout_s, max_bytes=max_bytes))
+    version, _updated, old = read(client)
+    plan = price_sync.plan(old, models, provider=provider, rate=rate, markup=factor,
+                           include=tuple(include), prune=prune)
+    try:
+        new = validate(plan.entries, provider_names)
+    except CatalogError as e:
+        raise SyncError(f"the synced catalog is refused: {e}", "source") from None
+    outcome = SyncOutcome(version, plan, applied=False, over_limit=_over_limit(plan, old, provider, limit))
+    if dry_run or not plan.changes:
+        return outcome
+    if outcome.over_limit and not confirmed:
+        raise ChangeTooLarge(outcome.over_limit, outcome)
+    record = {"source": source, "usd_toman": str(rate), "markup": str(factor)}
+    outcome.version, _ = replace(client, new, sync=(provider, record), expect_version=version)
+    outcome.applied = True
+    return outcome
+
+
+def _over_limit(plan: price_sync.Plan, old: list[Model], provider: str, limit: Decimal) -> str | None:
+    """Why the plan moves more than `limit` percent, or None: a price moving further (or from
+    0), or --prune removing a larger share of the provider's models."""
+    worst = plan.worst_pct()
+    if worst is None or worst > limit:
+        moved = "from 0" if worst is None else f"by {worst}%"
+        return (f"a price moves {moved}, over --max-change {limit}%: check the source and the "
+                "rate, then run again with --yes")
+    removed = len(plan.of("removed"))
+    if removed:
+        mine = sum(1 for m in old if m.provider == provider)
+        if Decimal(removed * 100) / mine > limit:
+            return (f"--prune removes {removed} of {mine} {provider} models, over --max-change "
+                    f"{limit}%: run again with --yes")
+    return None
 
