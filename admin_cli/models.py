@@ -75,10 +75,12 @@ def list_(as_json: bool) -> None:
     """
     from admin_cli.main import redis_client
 
-    version, updated, items = catalog_store.read(redis_client())
+    client = redis_client()
+    version, updated, items = catalog_store.read(client)
     created = int(updated or 0)
     result = {"models": [catalog.admin_record(m, created) for m in items],
-              "version": version, "prices_updated_at": _iso(updated)}
+              "version": version, "prices_updated_at": _iso(updated),
+              "price_syncs": catalog_store.read_syncs(client)}
     rows = []
     for m in items:
         p = catalog.model_record(m, created)["svc_pricing"]

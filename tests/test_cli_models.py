@@ -98,7 +98,8 @@ def test_human_output(env):
 
 def test_list_before_any_catalog(env):
     res = invoke("models", "list", "--json")
-    assert json.loads(res.stdout) == {"models": [], "version": None, "prices_updated_at": None}
+    assert json.loads(res.stdout) == {"models": [], "version": None, "prices_updated_at": None,
+                                       "price_syncs": {}}
     assert "no catalog loaded" in invoke("models", "list").stdout
 
 

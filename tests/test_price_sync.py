@@ -15,7 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from admin_cli.main import cli
-from upgate import catalog, catalog_store, price_sync, store
+from upgate import catalog, catalog_store, jalali, price_sync, store
 
 FIXTURE = Path(__file__).with_name("openrouter_models.json")
 
@@ -140,8 +140,9 @@ def test_sync_from_a_file_reprices_adds_and_keeps(env):
 
     rec = catalog_store.read_syncs(env)["openrouter"]
     assert rec["source"] == str(FIXTURE) and rec["usd_toman"] == "61500" and rec["markup"] == "1.15"
-    assert rec["version"] == out["version"] and abs(int(rec["at"]) - time.time()) < 60
-    assert catalog_store.read(env)[1] == pytest.approx(int(rec["at"]), abs=1)  # prices_updated_at
+    updated = catalog_store.read(env)[1]  # prices_updated_at
+    assert rec["version"] == out["version"] and abs(updated - time.time()) < 60
+    assert rec["at"] == jalali.utc_iso(int(updated))  # the same Redis TIME
 
     again = invoke(*sync_args(FIXTURE, "--include", "anthropic/*", "--include", "qwen/*", "--json"))
     assert again.exit_code == 0

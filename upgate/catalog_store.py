@@ -25,7 +25,7 @@ import pycurl
 import orjson
 import redis.exceptions
 
-from upgate import keyspace, price_sync
+from upgate import jalali, keyspace, price_sync
 from upgate.catalog import CatalogError, Model, parse, validate
 from upgate.price_sync import SyncError
 from upgate.store import text
@@ -179,15 +179,17 @@ def read(client) -> tuple[str | None, float | None, list[Model]]:
 
 
 def syncs(meta: dict[str, str]) -> dict[str, dict]:
-    """Provider → its last `models sync` record ({"source", "usd_toman", "markup", "at" (unix
-    seconds), "version"}), from the catalog's meta hash."""
+    """Provider → its last `models sync` record ({"source", "usd_toman", "markup", "at" (ISO
+    8601 UTC), "version"}), from the catalog's meta hash."""
     out = {}
     for name, raw in meta.items():
         if name.startswith("sync:"):
             try:
-                out[name[len("sync:"):]] = orjson.loads(raw)
-            except orjson.JSONDecodeError:
+                rec = orjson.loads(raw)
+                rec["at"] = jalali.utc_iso(int(rec["at"]))
+            except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
                 continue
+            out[name[len("sync:"):]] = rec
     return out
 
 
