@@ -279,9 +279,11 @@ class Ledger:
                     continue
                 log.warning("settlement of hold %s failed (%s); journaled for replay", hold_id, type(e).__name__)
                 try:
-                    await self._journal({"a": account_id, "h": hold_id, "k": key_id, "m": model,
-                                         "c": cost_micro, "p": prompt_tokens, "q": completion_tokens,
-                                         "x": cached_tokens, "t": int(time.time())})
+                    entry = {"a": account_id, "h": hold_id, "k": key_id, "m": model,
+                             "c": cost_micro, "p": prompt_tokens, "q": completion_tokens, "t": int(time.time())}
+                    if cached_tokens:
+                        entry["x"] = cached_tokens  # cached prompt tokens, for the usage report
+                    await self._journal(entry)
                 except OSError as j:
                     log.error("settlement of hold %s (account %s) NOT recorded: the store is unreachable "
                               "and the journal could not be written (%s: %s); charge %d micro-toman "
