@@ -120,3 +120,16 @@ def test_provider_cost_billing(cost_node, redis_url, stream):
     chat(cost_node, key, stream)  # no cost reported: the synced token prices
     # prompt 2.5 × 78000 = 195000 toman/M, completion 10 × 78000 = 780000 toman/M
     assert before - balance(redis_url, account_id) == 100 * 195_000 + 5 * 780_000
+
+
+def test_bill_by_is_checked_in_the_providers_file(tmp_path):
+    from upgate.upstream.providers import ProvidersError, load_providers
+
+    path = tmp_path / "providers.toml"
+    path.write_text('[providers.openrouter]\nbase_url = "https://openrouter.ai/api/v1"\nbill_by = "provider_cost"\n'
+                    '[providers.openai]\nbase_url = "https://api.openai.com/v1"\n')
+    got = load_providers(path, environ={})
+    assert (got["openrouter"].bill_by, got["openai"].bill_by) == ("provider_cost", "tokens")
+    path.write_text('[providers.openrouter]\nbase_url = "https://openrouter.ai/api/v1"\nbill_by = "cost"\n')
+    with pytest.raises(ProvidersError, match="bill_by must be one of: tokens, provider_cost"):
+        load_providers(path, environ={})
