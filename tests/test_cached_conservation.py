@@ -81,3 +81,28 @@ def test_provider_cost_is_exact():
                               ("3.999999999", "99999.999999", "1.000001"), ("0", "61500", "1")):
         got = sizing.provider_cost_micro(Decimal(usd), Decimal(rate), Decimal(markup))
         assert got == ceil(Fraction(usd) * Fraction(rate) * Fraction(markup) * TOMAN)
+
+
+def test_a_journaled_settlement_keeps_its_cached_tokens(redis_url, r, tmp_path):
+    """A settlement journaled while the store was away counts its cached tokens when replayed."""
+    import orjson
+
+    from tests.ledger_kit import settings
+
+    acct = str(uuid.uuid4())
+    seed_account(r, acct, balance=100 * TOMAN)
+    seed_key(r, acct, "k1")
+    sets = settings(tmp_path)
+
+    async def body(L):
+        a = await L.admit(account_id=acct, key_id="k1", model="m/a", hold_micro=TOMAN, stream=False, free=False)
+        line = {"a": acct, "h": a.hold_id, "k": "k1", "m": "m/a", "c": 700_000, "p": 90, "q": 3, "x": 64,
+                "t": int(time.time())}
+        with open(sets.journal_path, "ab") as f:
+            f.write(orjson.dumps(line) + b"\n")
+        return await L.replay_journal()
+
+    assert run(redis_url, body, sets) == 1
+    day = h(r, keyspace.usage(acct, jalali.day_key(time.time())))
+    assert i(day["total|*|cached_tokens"]) == 64 and i(day["total|*|cost"]) == 700_000
+    assert i(h(r, keyspace.wallet(acct))["balance"]) == 100 * TOMAN - 700_000
