@@ -96,15 +96,24 @@ class HTTP1Server:
         """Close connections idle or slow past their limit; returns how many."""
         now, closed = time.monotonic(), 0
         for conn in list(self.connections):
+            # An answer still leaving is not idle, however long the client takes to read it
+            # (a slow reader of a big backlog, or of the last batch after the handler finished);
+            # a client that makes no progress for the idle limit has stopped reading: abort.
+            unsent = conn.transport.get_write_buffer_size()
+            if unsent:
+                sent = conn.written - unsent
+                if not conn.waiting_since or sent > conn.sent_seen:
+                    conn.waiting_since, conn.sent_seen = now, sent
+                if now - conn.waiting_since >= self.idle_timeout_s:
+                    conn.transport.abort()
+                    closed += 1
+                continue
+            conn.waiting_since = 0.0
             if conn.transport.is_closing():
-                conn.transport.abort()  # closed by an earlier sweep, its client still not reading
+                conn.transport.abort()
                 closed += 1
                 continue
             req = conn.request
-            if conn.stalled_since is not None and now - conn.stalled_since >= self.idle_timeout_s:
-                conn.transport.abort()  # a client that stopped reading its answer
-                closed += 1
-                continue
             if req is None or req.state == _HEAD:
                 limit = self.idle_timeout_s
             elif req.state != _READ:
@@ -173,6 +182,9 @@ class Connection(asyncio.Protocol):
         self._scanned = 0  # bytes of buf already searched for the end of the header block
         self._reading = True
         self.stalled_since: float | None = None  # writing paused (the client is not reading)
+        self.written = 0  # bytes handed to the transport, for the sweep's progress check
+        self.sent_seen = 0  # of those, how many had left when the sweep last saw progress
+        self.waiting_since = 0.0  # since when the sweep has seen unsent bytes and no progress
         self._waiters: list[asyncio.Future] = []  # writes waiting for the transport to drain
         self._done: asyncio.Future | None = None  # the future every unblocked write returns
         self.chunks_this_turn = 0
@@ -210,6 +222,9 @@ class Connection(asyncio.Protocol):
 
     def pause_writing(self) -> None:
         self.stalled_since = time.monotonic()
+        if not self.waiting_since:  # the sweep's progress check starts from here
+            self.waiting_since = self.stalled_since
+            self.sent_seen = self.written - self.transport.get_write_buffer_size()
 
     def resume_writing(self) -> None:
         self.stalled_since = None
@@ -230,6 +245,7 @@ class Connection(asyncio.Protocol):
             fut.set_exception(StreamClosedError())
             fut.exception()
             return fut
+        self.written += len(data)  # first: write() may call pause_writing, which reads it
         self.transport.write(data)
         if self.stalled_since is None:
             return self._done  # type: ignore[return-value]
