@@ -82,7 +82,7 @@ def cli(ctx: click.Context, as_json: bool) -> None:
 def _register() -> None:
     import importlib
 
-    for name in ("account", "key", "models", "usage"):
+    for name in ("account", "key", "models", "usage", "audit"):
         try:
             mod = importlib.import_module(f"admin_cli.{name}")
         except ModuleNotFoundError as e:  # a noun not built yet

@@ -33,6 +33,23 @@ local function clock_ms(injected)
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
+-- An account from before transactions were recorded has no `credited` field: give it an honest
+-- opening transaction equal to its balance now (an adjustment when negative; none when zero)
+-- and start both lifetime counters there, so balance == credited - charged from now on.
+-- `record_json`: the transaction's {"id", "ref", "note", "actor"} (upgate/transactions.py).
+local function migrate(wallet, txns, now, record_json)
+  if rcall('HEXISTS', wallet, 'credited') == 1 then
+    return
+  end
+  local balance = rcall('HGET', wallet, 'balance') or '0'
+  rcall('HSET', wallet, 'credited', balance, 'charged', '0')
+  local n = tonumber(balance)
+  if n ~= 0 then
+    local kind = n > 0 and 'opening' or 'adjustment'
+    rcall('RPUSH', txns, istr(now) .. '|' .. kind .. '|' .. balance .. '|' .. balance .. '|' .. record_json)
+  end
+end
+
 -- Release one OPEN hold and charge nothing: its amount leaves the wallet's and the key's
 -- `held`, its stream slot is freed and it leaves the lease index. A `:free` hold may credit its
 -- request back to the free counter of the day it was counted on (`credit` = true).

@@ -3,7 +3,8 @@
   settle.lua: a request completed (or was cut part-way after some output): charge its real
   cost, even above the hold (the balance may go negative; the next admit then answers 402),
   give back the hold, free the stream slot, add the cost to the key's `spent:<month of the hold>`
-  and the day's usage aggregates. Idempotent by hold id: a settled or released hold has no
+  and the day's usage aggregates, and bump the wallet's lifetime `charged` counter (so balance ==
+  credited - charged; see lua/credit.lua). Idempotent by hold id: a settled or released hold has no
   record any more, so a second call changes nothing.
   A hold the reaper already released (its node stalled past the lease, or journaled this
   settlement while the store was unreachable) is still charged: the request was served. Its
@@ -48,6 +49,9 @@ end
 
 -- the charge
 local balance = rcall('HINCRBY', wallet, 'balance', istr(-tonumber(cost)))
+if rcall('HEXISTS', wallet, 'credited') == 1 then -- else credit.lua or the audit migrates it later
+  rcall('HINCRBY', wallet, 'charged', cost)
+end
 local key_record = key_prefix .. key_id
 if rcall('EXISTS', key_record) == 1 then
   rcall('HINCRBY', key_record, 'spent:' .. month, cost)

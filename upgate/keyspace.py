@@ -63,6 +63,22 @@ def usage(account_id: str, day: str) -> str:
     return tag(account_id) + ":usage:" + day
 
 
+def transactions(account_id: str) -> str:
+    """List of the account's transactions, oldest first, never trimmed: each
+    "<time ms>|<kind>|<amount>|<balance after>|<json>" (see lua/credit.lua)."""
+    return tag(account_id) + ":txns"
+
+
+def refs(account_id: str) -> str:
+    """Hash: a transaction's ref → "<position in the log>|<kind>|<amount>" (idempotency, for ever)."""
+    return tag(account_id) + ":refs"
+
+
+def requests(account_id: str) -> str:
+    """Sorted set: the account's request records (compact JSON, no content) scored by time, ms."""
+    return tag(account_id) + ":reqs"
+
+
 def keyhash(digest: str) -> str:
     """String "<account_id>:<key_id>" for the HMAC of a full key (cross-account lookup)."""
     return "keyhash:" + digest
@@ -98,6 +114,8 @@ def _slot_tags() -> tuple[str, ...]:
     return tuple(tags)  # type: ignore[arg-type]
 
 
+REQ_INDEX = "reqidx"  # hash: request id → account id (one Redis); sharded per slot on a cluster
+REQ_SHARD = ("reqidx:{", "}")
 REAP_SHARD = ("reap:{", "}")  # a shard's name: prefix + the slot's tag + suffix
 
 
@@ -120,6 +138,21 @@ def reap_index(account_id: str, sharded: bool = False) -> str:
     the reaper reads all 16384 with one lua/reap_scan.lua call per cluster node.
     """
     return reap_shard(slot(account_id)) if sharded else REAP_INDEX
+
+
+def request_shard(slot_no: int) -> str:
+    """Redis Cluster: the request index (request id → account id) of one hash slot, named to
+    land IN that slot, exactly like `reap_shard`."""
+    return REQ_SHARD[0] + _slot_tags()[slot_no] + REQ_SHARD[1]
+
+
+def request_index(account_id: str, sharded: bool = False) -> str:
+    """Hash request id → account id, in the account's slot so settle/release write it in their
+    own step: the single REQ_INDEX on one Redis, the account's slot's `request_shard` on a
+    cluster (found by `records.find` with one lua/request_find.lua call per master)."""
+    return request_shard(slot(account_id)) if sharded else REQ_INDEX
+
+
 CATALOG = "{catalog}:models"  # hash: model id → JSON record
 CATALOG_META = "{catalog}:meta"  # hash: version, prices_updated_at
 

@@ -202,12 +202,13 @@ LIB = "_lib"  # shared helpers prepended to every script that asks for them (Red
 
 
 def _lua_dir():
-    """Installed: package data `upgate.lua`. Source checkout (tests run from the repo root,
-    which shadows the install): the top-level `lua/` beside the package."""
-    try:
-        return resources.files("upgate.lua")
-    except ModuleNotFoundError:
-        return Path(__file__).resolve().parent.parent / "lua"
+    """Source checkout (tests run from the repo root, which shadows the install): the top-level
+    `lua/` beside the package, first, so a worktree runs its own scripts and not those of the
+    checkout an editable install points at. Installed: package data `upgate.lua`."""
+    beside = Path(__file__).resolve().parent.parent / "lua"
+    if (beside / "admit.lua").is_file():
+        return beside
+    return resources.files("upgate.lua")
 
 
 @lru_cache(maxsize=None)
