@@ -50,6 +50,35 @@ local function migrate(wallet, txns, now, record_json)
   end
 end
 
+-- Keep a request's record (settle.lua, release.lua): add it to the account's records (sorted
+-- set by time), file its id in that UTC day's request index (a hash in the account's slot whose
+-- name is index_prefix .. day number, expiring keep_ms after its day), and drop what is past
+-- the retention: records older than keep_ms (the index days expire on their own) and, at most
+-- 64 a call, the oldest beyond `max` with their index entries. `record` = "" keeps nothing.
+local DAY_MS = 86400000
+local function keep_record(records, index_prefix, account_id, request_id, record, now, keep_ms, max)
+  if record == '' then
+    return
+  end
+  local day = math.floor(now / DAY_MS)
+  local index = index_prefix .. istr(day)
+  rcall('ZADD', records, istr(now), record)
+  rcall('HSET', index, request_id, account_id .. '|' .. istr(now))
+  rcall('PEXPIREAT', index, istr((day + 1) * DAY_MS + keep_ms))
+  rcall('PEXPIRE', records, istr(keep_ms))
+  rcall('ZREMRANGEBYSCORE', records, '-inf', '(' .. istr(now - keep_ms))
+  local over = rcall('ZCARD', records) - max
+  if over > 0 then
+    for _, old in ipairs(rcall('ZRANGE', records, 0, math.min(over, 64) - 1)) do
+      local id, t = string.match(old, '^%["([^"]*)",(%d+)')
+      if id then
+        rcall('HDEL', index_prefix .. istr(math.floor(tonumber(t) / DAY_MS)), id)
+      end
+      rcall('ZREM', records, old)
+    end
+  end
+end
+
 -- Release one OPEN hold and charge nothing: its amount leaves the wallet's and the key's
 -- `held`, its stream slot is freed and it leaves the lease index. A `:free` hold may credit its
 -- request back to the free counter of the day it was counted on (`credit` = true).

@@ -257,17 +257,20 @@ def set_free_quota(client, account_id: str, n: int | None) -> None:
 
 # ---- reads ------------------------------------------------------------------------------------
 
-def _view(acct: str, w: dict[str, str], key_count: int, free_used: int) -> dict:
+def _wallet(w: dict[str, str]) -> dict:
+    """The decoded wallet numbers every view shows (micro-toman)."""
     balance = int(w.get("balance") or 0)
     held = int(w.get("held") or 0)
+    return {"phone_masked": mask_phone(w.get("phone", "")), "balance_micro": balance,
+            "held_micro": held, "available_micro": balance - held}
+
+
+def _view(acct: str, w: dict[str, str], key_count: int, free_used: int) -> dict:
     quota = w.get("free_quota")
     return {
         "account_id": acct,
         "phone": w.get("phone", ""),
-        "phone_masked": mask_phone(w.get("phone", "")),
-        "balance_micro": balance,
-        "held_micro": held,
-        "available_micro": balance - held,
+        **_wallet(w),
         "suspended": w.get("suspended") == "1",
         "free_quota": int(quota) if quota not in (None, "") else None,
         "free_used_today": free_used,
@@ -312,3 +315,23 @@ def list_accounts(client, *, phone: str | None = None) -> list[dict]:
                 out.append(view)
     out.sort(key=lambda v: (v["created_at"], v["account_id"]))
     return out
+
+
+async def key_view(client, account_id: str, key_id: str, month: str) -> dict | None:
+    """What a key's holder may see of it and its wallet (GET /v1/svc/me), read fresh from the
+    store with one pipeline on the gateway's async client: the wallet numbers (`_wallet`) and
+    {"key": name, prefix, monthly_limit_micro (None = none), spent_micro (Jalali `month`), rpm,
+    allowed_models (None = all)}. None when the key is unknown or revoked."""
+    pipe = client.pipeline(transaction=False)
+    pipe.hgetall(keyspace.wallet(account_id))
+    pipe.hgetall(keyspace.key_record(account_id, key_id))
+    wallet, record = (store.text_map(x) for x in await pipe.execute())
+    if not record or record.get("revoked") == "1":
+        return None
+    limit, allowed = record.get("monthly_limit"), record.get("allowed_models")
+    return {**_wallet(wallet), "key": {
+        "name": record.get("name"), "prefix": record.get("prefix"),
+        "monthly_limit_micro": int(limit) if limit else None,
+        "spent_micro": int(record.get("spent:" + month, 0)),
+        "rpm": int(record.get("rpm", 60)),
+        "allowed_models": orjson.loads(allowed) if allowed else None}}

@@ -114,8 +114,8 @@ def _slot_tags() -> tuple[str, ...]:
     return tuple(tags)  # type: ignore[arg-type]
 
 
-REQ_INDEX = "reqidx"  # hash: request id → account id (one Redis); sharded per slot on a cluster
-REQ_SHARD = ("reqidx:{", "}")
+REQ_INDEX = "reqidx:"  # + UTC day number: hash request id → "<account>|<time ms>" (one Redis)
+REQ_SHARD = ("reqidx:{", "}:")  # a cluster shard: prefix + slot tag + suffix + UTC day number
 REAP_SHARD = ("reap:{", "}")  # a shard's name: prefix + the slot's tag + suffix
 
 
@@ -140,17 +140,15 @@ def reap_index(account_id: str, sharded: bool = False) -> str:
     return reap_shard(slot(account_id)) if sharded else REAP_INDEX
 
 
-def request_shard(slot_no: int) -> str:
-    """Redis Cluster: the request index (request id → account id) of one hash slot, named to
-    land IN that slot, exactly like `reap_shard`."""
-    return REQ_SHARD[0] + _slot_tags()[slot_no] + REQ_SHARD[1]
-
-
-def request_index(account_id: str, sharded: bool = False) -> str:
-    """Hash request id → account id, in the account's slot so settle/release write it in their
-    own step: the single REQ_INDEX on one Redis, the account's slot's `request_shard` on a
-    cluster (found by `records.find` with one lua/request_find.lua call per master)."""
-    return request_shard(slot(account_id)) if sharded else REQ_INDEX
+def request_index_prefix(account_id: str, sharded: bool = False) -> str:
+    """The request index: one hash per UTC day (day number = Unix ms // 86400000, appended to
+    this prefix) mapping request id → "<account>|<time ms>", expiring after the retention.
+    settle.lua / release.lua file a request in the same step as its record, so the hash must be
+    in the account's slot: one index on a single Redis; on a cluster one per hash slot, named
+    (like `reap_shard`) to land in that slot. `records.find` reads them without a scan."""
+    if not sharded:
+        return REQ_INDEX
+    return REQ_SHARD[0] + _slot_tags()[slot(account_id)] + REQ_SHARD[1]
 
 
 CATALOG = "{catalog}:models"  # hash: model id → JSON record

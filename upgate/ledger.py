@@ -27,7 +27,7 @@ import orjson
 import redis.asyncio as aioredis
 import redis.exceptions as rexc
 
-from upgate import jalali, keyspace, money, store
+from upgate import jalali, keyspace, money, records, store
 from upgate.background import stop_if_cancelled
 from upgate.errors import GatewayError
 
@@ -250,17 +250,30 @@ class Ledger:
     def _finish_keys(self, account_id: str, hold_id: str) -> tuple:
         t = keyspace.tag(account_id)
         return (t + ":wallet", keyspace.hold(account_id, hold_id), keyspace.holds(account_id),
-                keyspace.streams(account_id))
+                keyspace.streams(account_id), keyspace.requests(account_id))
+
+    def _record_args(self, account_id: str, record: dict | None, now_ms: int | None = None) -> tuple:
+        """settle.lua's / release.lua's record arguments (see keep_record in lua/_lib.lua)."""
+        s = self.settings
+        keep_ms, prefix = s.request_log_days * 86_400_000, keyspace.request_index_prefix(account_id, self.sharded)
+        if not record:
+            return ("", "", account_id, prefix, 0, keep_ms, s.request_log_max)
+        now_ms = int(now_ms or self.now() * 1000)
+        return (records.encode(record, now_ms), record["request_id"], account_id, prefix, now_ms,
+                keep_ms, s.request_log_max)
 
     async def settle(self, account_id: str, hold_id: str, *, key_id: str, model: str, cost_micro: int,
-                     prompt_tokens: int, completion_tokens: int, cooldown_reset: str | None = None) -> bool:
-        """Charge the real cost and close the hold (lua/settle.lua). False when the hold was already
-        settled or released. Store failures are retried, then journaled (True: it will apply)."""
+                     prompt_tokens: int, completion_tokens: int, cooldown_reset: str | None = None,
+                     record: dict | None = None) -> bool:
+        """Charge the real cost and close the hold (lua/settle.lua), keeping the request's `record`
+        (upgate/records.py) in the same step. False when the hold was already settled or released.
+        Store failures are retried, then journaled (True: it will apply)."""
         cost_micro, prompt_tokens, completion_tokens = int(cost_micro), int(prompt_tokens), int(completion_tokens)
         if cost_micro < 0 or prompt_tokens < 0 or completion_tokens < 0:
             raise ValueError("cost and token counts must not be negative")
         money.check_range(cost_micro)
-        calls = [self._settle_call(account_id, hold_id, model, cost_micro, prompt_tokens, completion_tokens)]
+        rec = self._record_args(account_id, record)
+        calls = [self._settle_call(account_id, hold_id, model, cost_micro, prompt_tokens, completion_tokens, rec)]
         if cooldown_reset and self._strikes.get(cooldown_reset):
             calls.append(self._cooldown_call("reset", cooldown_reset))
         for attempt in range(SETTLE_RETRIES):
@@ -275,9 +288,11 @@ class Ledger:
                     continue
                 log.warning("settlement of hold %s failed (%s); journaled for replay", hold_id, type(e).__name__)
                 try:
-                    await self._journal({"a": account_id, "h": hold_id, "k": key_id, "m": model,
-                                         "c": cost_micro, "p": prompt_tokens, "q": completion_tokens,
-                                         "t": int(time.time())})
+                    entry = {"a": account_id, "h": hold_id, "k": key_id, "m": model, "c": cost_micro,
+                             "p": prompt_tokens, "q": completion_tokens, "t": int(time.time())}
+                    if record:  # the request record, with the time it was made
+                        entry.update(r=record, rt=rec[4])
+                    await self._journal(entry)
                 except OSError as j:
                     log.error("settlement of hold %s (account %s) NOT recorded: the store is unreachable "
                               "and the journal could not be written (%s: %s); charge %d micro-toman "
@@ -289,18 +304,18 @@ class Ledger:
             self._cooldown_result(cooldown_reset, results[1])
         return int(results[0][0]) > 0
 
-    def _settle_call(self, account_id, hold_id, model, cost_micro, prompt_tokens, completion_tokens):
+    def _settle_call(self, account_id, hold_id, model, cost_micro, prompt_tokens, completion_tokens, rec):
         return (self._settle, self._finish_keys(account_id, hold_id),
                 (hold_id, cost_micro, prompt_tokens, completion_tokens, model,
-                 keyspace.key_record(account_id, ""), keyspace.usage(account_id, ""), USAGE_TTL_MS))
+                 keyspace.key_record(account_id, ""), keyspace.usage(account_id, ""), USAGE_TTL_MS, *rec))
 
     async def release(self, account_id: str, hold_id: str, *, credit_free: bool = False,
-                      strike: str | None = None) -> bool:
-        """Charge nothing and close the hold (lua/release.lua); optionally credit a `:free`
-        request back and strike `strike` toward cool-down in the same round trip. False when the
-        hold was already closed. A store failure is logged: the reaper releases the hold when
-        its lease lapses."""
-        calls = [self._release_call(account_id, hold_id, credit_free)]
+                      strike: str | None = None, record: dict | None = None) -> bool:
+        """Charge nothing and close the hold (lua/release.lua), keeping the request's `record`;
+        optionally credit a `:free` request back and strike `strike` toward cool-down in the same
+        round trip. False when the hold was already closed. A store failure is logged: the reaper
+        releases the hold when its lease lapses (and no record is kept)."""
+        calls = [self._release_call(account_id, hold_id, credit_free, record)]
         if strike:
             calls.append(self._cooldown_call("strike", strike))
         try:
@@ -315,10 +330,10 @@ class Ledger:
             self._cooldown_result(strike, results[1])
         return int(results[0][0]) > 0
 
-    def _release_call(self, account_id: str, hold_id: str, credit_free: bool):
+    def _release_call(self, account_id: str, hold_id: str, credit_free: bool, record: dict | None = None):
         return (self._release, self._finish_keys(account_id, hold_id),
                 (hold_id, 1 if credit_free else 0, keyspace.key_record(account_id, ""),
-                 keyspace.free(account_id, "")))
+                 keyspace.free(account_id, ""), *self._record_args(account_id, record)))
 
     async def _run(self, calls: list) -> list:
         """Run script calls: one alone is one EVALSHA; several go in one round trip (a pipeline;
@@ -509,7 +524,8 @@ class Ledger:
                     continue
                 try:
                     e = orjson.loads(raw)
-                    call = self._settle_call(e["a"], e["h"], e["m"], int(e["c"]), int(e["p"]), int(e["q"]))
+                    rec = self._record_args(e["a"], e.get("r"), e.get("rt"))
+                    call = self._settle_call(e["a"], e["h"], e["m"], int(e["c"]), int(e["p"]), int(e["q"]), rec)
                 except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
                     log.error("journal: unreadable line skipped (%d bytes)", len(raw))
                     continue

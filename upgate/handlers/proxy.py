@@ -37,6 +37,7 @@ _RATE_CODES = {"upstream_rate_limited", "free_capacity_exhausted"}
 # event (what it bills us by) is waited for, rather than billing an estimate of what was relayed.
 USAGE_GRACE_S = 10.0
 _MAX_TOKENS = 100_000_000  # per request and kind: more than any context window holds
+_CLIENT_CLOSED = (499, "client_closed")  # a request record's outcome when the client left first
 # How most providers write a chunk that finishes nothing: a byte search skips _finishes for it.
 _NOT_DONE = b'"finish_reason":null'
 
@@ -73,6 +74,9 @@ class ProxyHandler(BaseHandler):
     stream = False
     billing = None  # "settled" | "released", for metrics
     free = False
+    model_id = None  # the model the client asked for (its first, with a `models` list)
+    ttfb_ms = None  # request arrival → the answering provider's response headers
+    record = None  # the request record (upgate/records.py) settle/release kept; the access log too
 
     # ---- the request
     async def post(self) -> None:
@@ -94,7 +98,7 @@ class ProxyHandler(BaseHandler):
         except GatewayError:
             await self._peek_rate(key)
             raise
-        self.stream = req.stream
+        self.stream, self.model_id = req.stream, models[0].id
         free = all(m.free for m in models)
         hold_micro = 0 if free else sizing.hold_micro(req.body, models)
         alternative = None
@@ -184,7 +188,9 @@ class ProxyHandler(BaseHandler):
         # model was not cold before (cold ones are skipped) and is cold after → this made it cold.
         # (A strike of another node landing in the same instant would be counted here too.)
         warm = final is not None and not ctx.ledger.cold_until(final)
-        await self._release(credit_free=True, strike=final)
+        outcome = _CLIENT_CLOSED if self._gone else (502, "upstream_error") if self._aborted else \
+            (last.status, last.code)
+        await self._release(credit_free=True, strike=final, outcome=outcome)
         if warm and ctx.ledger.cold_until(final):
             self._count_cooldown(final)
         if self._gone:
@@ -231,6 +237,7 @@ class ProxyHandler(BaseHandler):
                 status, code, message = map_error(call.status, raw, provider, model.free)
                 raise _Failed(GatewayError(code, message, status=status), strike=code in _RATE_CODES)
             self.answered = model
+            self.ttfb_ms = round((time.monotonic() - self.started) * 1000)
             if req.stream:
                 await self._relay_stream(call, model, req.body)
             else:
@@ -270,7 +277,7 @@ class ProxyHandler(BaseHandler):
         usage = obj.get("usage") if isinstance(obj.get("usage"), dict) else {}
         prompt = _int(usage.get("prompt_tokens"), sizing.prompt_tokens(body))
         completion = _int(usage.get("completion_tokens"), _tokens(_chars_json(obj)))
-        await self._settle(model, body, prompt, completion)
+        await self._settle(model, body, prompt, completion, _cached(usage))
         _as_ours(obj, model)
         self._add_meta(obj, model)
         self.finish(orjson.dumps(obj))
@@ -455,12 +462,14 @@ class ProxyHandler(BaseHandler):
         """Mid-stream failure, client disconnect or shutdown: settle what was consumed, by the
         provider's last usage if it reported one, else by what the client was sent."""
         if not self._billed:
+            code = _CLIENT_CLOSED[1] if self._gone else "upstream_timeout" \
+                if isinstance(error, UpstreamTimeout) else "upstream_error"
             if usage is not None:
-                await self._settle(model, body, *_usage_tokens(usage, body, chars))
+                await self._settle(model, body, *_usage_tokens(usage, body, chars), code=code)
             elif chars:
-                await self._settle(model, body, sizing.prompt_tokens(body), _tokens(chars))
+                await self._settle(model, body, sizing.prompt_tokens(body), _tokens(chars), code=code)
             else:
-                await self._release(credit_free=True)
+                await self._release(credit_free=True, outcome=(_CLIENT_CLOSED[0] if self._gone else 200, code))
         if self._gone or self._finished:
             return
         if self._aborted:
@@ -489,30 +498,50 @@ class ProxyHandler(BaseHandler):
             self._gone = True
 
     # ---- billing
-    async def _settle(self, model, body, prompt: int, completion: int) -> None:
+    async def _settle(self, model, body, prompt: int, completion: int, cached: int = 0,
+                      code: str | None = None) -> None:
+        """Charge what was consumed. `code`: why a stream was cut part-way (None: it completed)."""
         if self._billed:
             return
         self._billed = True
         self.billing = "settled"
         self.cost_micro = sizing.cost_micro(model, prompt, completion, wants_web_search(body, model.id))
         self.prompt_tokens, self.completion_tokens = prompt, completion
+        self.record = self._record(200, code, prompt, completion, cached)
         if not await self.ctx.ledger.settle(
                 self.key.account_id, self.hold.hold_id, key_id=self.key.key_id, model=model.id,
                 cost_micro=self.cost_micro, prompt_tokens=prompt, completion_tokens=completion,
-                cooldown_reset=model.id):
+                cooldown_reset=model.id, record=self.record):
             # the store knew no such hold (lost in a failover, or closed by something else):
             # the answer went out uncharged, and only the operator can make that right
             log.warning("request %s: the store had no hold %s to settle; %d micro-toman for "
                         "account %s were not charged", self.request_id, self.hold.hold_id,
                         self.cost_micro, self.key.account_id)
 
-    async def _release(self, credit_free: bool = False, strike: str | None = None) -> None:
+    async def _release(self, credit_free: bool = False, strike: str | None = None,
+                       outcome: tuple = (500, "internal_error")) -> None:
+        """Charge nothing. `outcome`: (status, code) the request ended with."""
         if self._billed:
             return
         self._billed = True
         self.billing = "released"
+        self.record = self._record(*outcome, 0, 0, 0)
         await self.ctx.ledger.release(self.key.account_id, self.hold.hold_id,
-                                      credit_free=credit_free and self.free, strike=strike)
+                                      credit_free=credit_free and self.free, strike=strike,
+                                      record=self.record)
+
+    def _record(self, status: int, code: str | None, prompt: int, completion: int, cached: int) -> dict:
+        """The request's record (upgate/records.py): no content, only what it cost and how it went."""
+        answered = self.answered
+        return {"request_id": self.request_id, "account_id": self.key.account_id,
+                "key_id": self.key.key_id, "key_prefix": self.key.prefix, "model": self.model_id,
+                "answered_model": answered.id if answered else None,
+                "provider": answered.provider if answered else None, "stream": self.stream,
+                "status": status, "code": code, "prompt_tokens": prompt, "completion_tokens": completion,
+                "cached_tokens": cached, "hold_micro": self.hold.hold_micro,
+                "cost_micro": self.cost_micro if self.billing == "settled" else 0,
+                "ttfb_ms": self.ttfb_ms if answered else None,
+                "duration_ms": round((time.monotonic() - self.started) * 1000)}
 
     @property
     def _meta(self) -> bool:
@@ -580,10 +609,17 @@ def _as_ours(obj: dict, model) -> None:
     obj.setdefault("provider", model.provider)
 
 
-def _usage_tokens(usage: dict, body: dict, chars: int) -> tuple[int, int]:
-    """(prompt, completion) tokens of a provider's usage object; what it leaves out, estimated."""
+def _usage_tokens(usage: dict, body: dict, chars: int) -> tuple[int, int, int]:
+    """(prompt, completion, cached) tokens of a provider's usage object; what it leaves out,
+    estimated (cached: 0)."""
     return (_int(usage.get("prompt_tokens"), sizing.prompt_tokens(body)),
-            _int(usage.get("completion_tokens"), _tokens(chars)))
+            _int(usage.get("completion_tokens"), _tokens(chars)), _cached(usage))
+
+
+def _cached(usage: dict) -> int:
+    """usage.prompt_tokens_details.cached_tokens when the provider reports it, else 0."""
+    details = usage.get("prompt_tokens_details")
+    return _int(details.get("cached_tokens"), 0) if isinstance(details, dict) else 0
 
 
 def _finishes(payload: bytes, obj: dict) -> bool:
