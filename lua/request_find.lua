@@ -11,18 +11,22 @@
     KEYS: none
     ARGV[1]  the request id
     ARGV[2]  the shards' slot tags, comma-separated
-    ARGV[3]  a shard name's prefix "reqidx:{"   (name = prefix .. tag .. suffix)
-    ARGV[4]  a shard name's suffix "}"
+    ARGV[3]  the UTC day numbers to look in, comma-separated
+    ARGV[4]  a shard name's prefix "reqidx:{"   (name = prefix .. tag .. suffix .. day)
+    ARGV[5]  a shard name's suffix "}:"
 
   Output: the index entry "<account>|<time ms>", or false (nil) when no shard of this node has it
 ]]
 local rcall = redis.call
-local request_id, tags, prefix, suffix = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local request_id, tags, days, prefix, suffix = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 
 for tag in string.gmatch(tags, '[^,]+') do
-  local found = rcall('HGET', prefix .. tag .. suffix, request_id)
-  if found then
-    return found
+  local shard = prefix .. tag .. suffix
+  for day in string.gmatch(days, '[^,]+') do
+    local found = rcall('HGET', shard .. day, request_id)
+    if found then
+      return found
+    end
   end
 end
 return false

@@ -27,6 +27,7 @@ PUBLIC = ("request_id", "time", "account_id", "key_id", "key_prefix", "model", "
           "provider", "stream", "status", "code", "prompt_tokens", "completion_tokens",
           "cached_tokens", "hold_toman", "cost_toman", "ttfb_ms", "duration_ms")
 MAX_LIMIT = 1000
+DAY_MS = 86_400_000  # the request index has one hash per UTC day (lua/_lib.lua keep_record)
 
 
 class UnknownRequest(AccountError):
@@ -81,12 +82,13 @@ def list_requests(client, account_id: str, limit: int = 50) -> list[dict]:
     return [decode(acct, r) for r in raws]
 
 
-def find(client, request_id: str) -> dict:
-    """The record of one request, by the id alone (X-Svc-Request-Id), or `UnknownRequest`."""
+def find(client, request_id: str, *, keep_days: int | None = None) -> dict:
+    """The record of one request, by the id alone (X-Svc-Request-Id), or `UnknownRequest`.
+    `keep_days`: the retention the gateway runs with (default: UPGATE_REQUEST_LOG_DAYS)."""
     rid = request_id.strip() if isinstance(request_id, str) else ""
     if not rid or len(rid) > 64 or not rid.isprintable():
         raise UnknownRequest(f"no record of request {request_id!r}")
-    entry = _lookup(client, rid)
+    entry = _lookup(client, rid, keep_days)
     if entry is not None:
         acct, _, t = store.text(entry).partition("|")
         for raw in client.zrangebyscore(keyspace.requests(acct), t, t):
@@ -95,20 +97,36 @@ def find(client, request_id: str) -> dict:
     raise UnknownRequest(f"no record of request {rid} (never made, or older than the retention)")
 
 
-def _lookup(client, rid: str):
+def _days(keep_days: int | None) -> list[str]:
+    """The UTC day numbers an index entry kept now can be filed under (newest first)."""
+    import time
+
+    if keep_days is None:
+        from upgate.settings import from_env
+
+        keep_days = from_env().request_log_days
+    today = int(time.time() * 1000) // DAY_MS
+    return [str(d) for d in range(today + 1, today - keep_days - 2, -1)]
+
+
+def _lookup(client, rid: str, keep_days: int | None = None):
+    days = _days(keep_days)
     if not isinstance(client, redis.RedisCluster):
-        return client.hget(keyspace.REQ_INDEX, rid)
+        pipe = client.pipeline(transaction=False)
+        for day in days:
+            pipe.hget(keyspace.REQ_INDEX + day, rid)
+        return next((hit for hit in pipe.execute() if hit), None)
     script = store.script("request_find")
     groups: dict[str, tuple[object, list[str]]] = {}
     for slot_no in range(keyspace.SLOTS):
-        node = client.get_node_from_key(keyspace.request_shard(slot_no))
+        node = client.get_node_from_key(keyspace.REQ_SHARD[0] + keyspace.slot_tag(slot_no) + "}")
         groups.setdefault(node.name, (node, []))[1].append(keyspace.slot_tag(slot_no))
     for node, tags in groups.values():
-        args = (rid, ",".join(tags), *keyspace.REQ_SHARD)
+        args = (rid, ",".join(tags), ",".join(days), *keyspace.REQ_SHARD)
         try:
             found = client.execute_command("EVALSHA", script.sha, 0, *args, target_nodes=node)
         except redis.exceptions.NoScriptError:
-            client.script_load(script.source, target_nodes=node)
+            client.script_load(script.source)  # on every primary
             found = client.execute_command("EVALSHA", script.sha, 0, *args, target_nodes=node)
         if found:
             return found
