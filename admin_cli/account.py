@@ -152,7 +152,7 @@ def adjust(account_id: str, amount: str, note: str, ref: str | None, as_json: bo
     \b
     Examples:
       upgate-admin account adjust 2f0c6a1e-… 5000 --note "refund: outage 1405-09-02"
-      upgate-admin account adjust 2f0c6a1e-… -- -2500 --note "duplicate credit" --ref fix-17
+      upgate-admin account adjust 2f0c6a1e-… -2500 --note "duplicate credit" --ref fix-17
     """
     from upgate import transactions
 
