@@ -203,8 +203,10 @@ def create_account(client, phone: str, balance_micro: int = 0, *, actor: str = "
     record = {"phone": phone, "balance": 0, "held": 0, "credited": 0, "charged": 0,
               "suspended": "0", "created_at": int(time.time())}
     atomic_write(client, [lambda p: p.hset(keyspace.wallet(acct), mapping=record)])  # exists from here
-    transactions.credit(client, acct, "opening", balance_micro, actor=actor)
-    atomic_write(client, [lambda p: p.sadd(keyspace.ACCOUNTS, acct)])  # listing
+    try:
+        transactions.credit(client, acct, "opening", balance_micro, actor=actor)
+    finally:  # listed even when no replica confirmed the opening (NotDurable): never orphaned
+        atomic_write(client, [lambda p: p.sadd(keyspace.ACCOUNTS, acct)])
     return acct
 
 
