@@ -56,6 +56,14 @@ end
 -- the retention: records older than keep_ms (the index days expire on their own) and, at most
 -- 64 a call, the oldest beyond `max` with their index entries. `record` = "" keeps nothing.
 local DAY_MS = 86400000
+
+-- A reaped hold's record kept by settle/release is replaced by the request's full one.
+local function drop_reaped_record(hold_key, records)
+  local old = rcall('HGET', hold_key, 'record')
+  if old then
+    rcall('ZREM', records, old)
+  end
+end
 local function keep_record(records, index_prefix, account_id, request_id, record, now, keep_ms, max)
   if record == '' then
     return
@@ -84,11 +92,12 @@ end
 -- request back to the free counter of the day it was counted on (`credit` = true).
 -- `final`: 'delete' drops the record (released); 'reaped' keeps it as state=reaped for
 -- keep_ms so a late settle of a request that was in fact served can still charge it.
--- Returns the record fields {state, amount, key, free, stream, month, day}; the caller checks
--- rec[1] == 'open' to know whether anything changed.
+-- Returns the record fields {state, amount, key, free, stream, month, day, rid, model}; the
+-- caller checks rec[1] == 'open' to know whether anything changed.
 local function close_hold(wallet, hold_key, holds, streams, hold_id, key_prefix, free_prefix,
                           credit, final, keep_ms)
-  local rec = rcall('HMGET', hold_key, 'state', 'amount', 'key', 'free', 'stream', 'month', 'day')
+  local rec = rcall('HMGET', hold_key, 'state', 'amount', 'key', 'free', 'stream', 'month', 'day',
+                    'rid', 'model')
   if rec[1] ~= 'open' then
     return rec
   end

@@ -52,6 +52,7 @@ if state == 'open' then
   close_hold(wallet, hold_key, holds, streams, hold_id, key_prefix, '', false, 'delete', 0)
   code = 1
 else
+  drop_reaped_record(hold_key, records)
   rcall('DEL', hold_key)
 end
 

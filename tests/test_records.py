@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import secrets
+import time
 
 import openai
 import pytest
@@ -188,3 +189,37 @@ def test_lookups_refuse_cleanly(redis_url):
         records.list_requests(sync, ACCT, limit=0)
     with pytest.raises(records.UnknownRequest, match="no record of request"):
         records.find(sync, "req_nope")
+
+
+def test_a_reaped_request_leaves_a_record_that_a_late_settle_replaces(redis_url):
+    sync = store.connect_sync(redis_url)
+    seed_account(sync, ACCT)
+    seed_key(sync, ACCT, KEY)
+    now = int(time.time() * 1000)
+
+    async def body(L):
+        adm = await L.admit(account_id=ACCT, key_id=KEY, model="acme/chat-1", hold_micro=TOMAN, stream=True,
+                            free=False, request_id="req_reaped1", now_ms=now)
+        other = await L.admit(account_id=ACCT, key_id=KEY, model="acme/chat-1", hold_micro=TOMAN,
+                              stream=False, free=False, request_id="req_reaped2", now_ms=now)
+        assert await L.reap(now_ms=now + 31_000) == 2  # their node died: leases lapsed
+        reaped = {r["request_id"]: r for r in records.list_requests(sync, ACCT)}
+        assert set(reaped) == {"req_reaped1", "req_reaped2"}
+        r1 = reaped["req_reaped1"]
+        assert r1["code"] == "reaped" and r1["status"] is None and r1["cost_toman"] == "0.000000"
+        assert r1["hold_toman"] == "1.000000" and r1["stream"] is True and r1["model"] == "acme/chat-1"
+        assert records.find(sync, "req_reaped1")["code"] == "reaped"
+        # the node was only stalled: its settlement arrives and replaces the reaper's record
+        rec = {"request_id": "req_reaped1", "key_id": KEY, "model": "acme/chat-1", "status": 200,
+               "hold_micro": TOMAN, "cost_micro": 777}
+        assert await L.settle(ACCT, adm.hold_id, key_id=KEY, model="acme/chat-1", cost_micro=777,
+                              prompt_tokens=1, completion_tokens=1, record=rec)
+        assert not await L.release(ACCT, other.hold_id, record={**rec, "request_id": "req_reaped2",
+                                                                 "status": 502, "code": "upstream_error",
+                                                                 "cost_micro": 0})
+
+    run(redis_url, body)
+    kept = {r["request_id"]: r for r in records.list_requests(sync, ACCT)}
+    assert len(kept) == 2 and kept["req_reaped1"]["cost_toman"] == "0.000777"
+    assert kept["req_reaped1"]["code"] is None and kept["req_reaped2"]["code"] == "upstream_error"
+    assert records.find(sync, "req_reaped1")["cost_toman"] == "0.000777"

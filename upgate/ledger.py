@@ -176,8 +176,10 @@ class Ledger:
 
     # ---- admit
     async def admit(self, *, account_id: str, key_id: str, model: str, hold_micro: int, stream: bool,
-                    free: bool, alternative: dict | None = None, now_ms: int | None = None) -> Admission:
-        """One atomic check-and-reserve (see lua/admit.lua). Raises Rejected with the spec's code."""
+                    free: bool, alternative: dict | None = None, now_ms: int | None = None,
+                    request_id: str | None = None) -> Admission:
+        """One atomic check-and-reserve (see lua/admit.lua). Raises Rejected with the spec's code.
+        `request_id` goes on the hold, so a reaped hold still leaves a request record."""
         hold_micro = 0 if free else int(hold_micro)
         if hold_micro < 0:
             raise ValueError("hold_micro must not be negative")
@@ -191,7 +193,7 @@ class Ledger:
                 keyspace.free(account_id, day), keyspace.reap_index(account_id, self.sharded))
         args = (hold_id, hold_micro, 1 if stream else 0, 1 if free else 0, month, day, self.lease_ms,
                 self.settings.max_streams, self.settings.free_quota_default, FREE_TTL_MS, account_id,
-                key_id, now_ms or 0)
+                key_id, now_ms or 0, request_id or "", model)
         try:
             res = await self._admit(self.client, keys, args)
         except STORE_ERRORS as e:
@@ -452,9 +454,11 @@ class Ledger:
 
     async def _reap_account(self, account_id: str, index: str, now_ms: int) -> int:
         t = keyspace.tag(account_id)
-        keys = (t + ":wallet", keyspace.holds(account_id), keyspace.streams(account_id), index)
+        keys = (t + ":wallet", keyspace.holds(account_id), keyspace.streams(account_id), index,
+                keyspace.requests(account_id))
+        _, _, _, prefix, _, keep_ms, most = self._record_args(account_id, None)
         args = (account_id, now_ms, keyspace.hold(account_id, ""), keyspace.key_record(account_id, ""),
-                REAPED_KEEP_MS, REAP_BATCH)
+                REAPED_KEEP_MS, REAP_BATCH, prefix, keep_ms, most)
         total = 0
         while True:
             released, _next = await self._reap(self.client, keys, args)

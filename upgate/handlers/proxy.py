@@ -111,7 +111,8 @@ class ProxyHandler(BaseHandler):
         try:
             self.hold = await ctx.ledger.admit(
                 account_id=key.account_id, key_id=key.key_id, model=models[0].id,
-                hold_micro=hold_micro, stream=req.stream, free=free, alternative=alternative)
+                hold_micro=hold_micro, stream=req.stream, free=free, alternative=alternative,
+                request_id=self.request_id)
         except Rejected as e:
             if e.rate is not None:
                 self.set_rate(e.rate)
