@@ -23,7 +23,7 @@
     ARGV[5] how long a reaped hold's record is kept, ms
     ARGV[6] at most this many holds per call (the rest stays indexed as due)
     ARGV[7] request-index prefix, ARGV[8] records kept, ms, ARGV[9] at most this many records
-            (as settle.lua's ARGV[12], [14], [15])
+            (as settle.lua's ARGV[13], [15], [16])
 
   A released hold that names its request (admit's request id) leaves a request record: status
   null, code "reaped", cost 0, hold amount; a late settle or release replaces it.

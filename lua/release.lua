@@ -16,7 +16,7 @@
     ARGV[2] credit a free request back: "1" / "0"
     ARGV[3] key-record prefix    "{a:<acct>}:key:"  (+ the hold's key id)
     ARGV[4] free-counter prefix  "{a:<acct>}:free:" (+ the hold's Tehran day)
-    ARGV[5..11] the request's record, as settle.lua's ARGV[9..15]; kept when this call closes
+    ARGV[5..11] the request's record, as settle.lua's ARGV[10..16]; kept when this call closes
                 an open or reaped hold
 
   Output: {code, balance, wallet_held}

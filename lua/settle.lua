@@ -24,13 +24,14 @@
     ARGV[6] key-record prefix   "{a:<acct>}:key:"   (+ the hold's key id)
     ARGV[7] usage prefix        "{a:<acct>}:usage:" (+ the hold's Tehran day)
     ARGV[8] usage hash time-to-live, ms
-    ARGV[9]  the request's record (compact JSON, no content; "" = none: see keep_record, _lib.lua)
-    ARGV[10] the request id
-    ARGV[11] the account id
-    ARGV[12] request-index prefix (+ UTC day number)   "reqidx:" or "reqidx:{<slot tag>}:"
-    ARGV[13] now, ms (the record's time)
-    ARGV[14] how long records are kept, ms
-    ARGV[15] at most this many records per account
+    ARGV[9] cached prompt tokens (part of ARGV[3]; counted in the usage aggregates when > 0)
+    ARGV[10] the request's record (compact JSON, no content; "" = none: see keep_record, _lib.lua)
+    ARGV[11] the request id
+    ARGV[12] the account id
+    ARGV[13] request-index prefix (+ UTC day number)   "reqidx:" or "reqidx:{<slot tag>}:"
+    ARGV[14] now, ms (the record's time)
+    ARGV[15] how long records are kept, ms
+    ARGV[16] at most this many records per account
 
   Output: {code, balance, wallet_held}
     code 1  settled an open hold
@@ -41,6 +42,7 @@ local wallet, hold_key, holds, streams, records = KEYS[1], KEYS[2], KEYS[3], KEY
 local hold_id, cost = ARGV[1], ARGV[2]
 local prompt, completion, model = ARGV[3], ARGV[4], ARGV[5]
 local key_prefix, usage_prefix, usage_ttl_ms = ARGV[6], ARGV[7], ARGV[8]
+local cached = tonumber(ARGV[9]) or 0
 
 local rec = rcall('HMGET', hold_key, 'state', 'key', 'month', 'day')
 local state, key_id, month, day = rec[1], rec[2], rec[3], rec[4]
@@ -73,10 +75,11 @@ for _, dim in ipairs({'key|' .. key_id, 'model|' .. model, 'total|*'}) do
   rcall('HINCRBY', usage, dim .. '|prompt_tokens', prompt)
   rcall('HINCRBY', usage, dim .. '|completion_tokens', completion)
   rcall('HINCRBY', usage, dim .. '|cost', cost)
+  if cached > 0 then rcall('HINCRBY', usage, dim .. '|cached_tokens', cached) end
 end
 rcall('PEXPIRE', usage, usage_ttl_ms)
 
-keep_record(records, ARGV[12], ARGV[11], ARGV[10], ARGV[9], tonumber(ARGV[13]), tonumber(ARGV[14]),
-            tonumber(ARGV[15]))
+keep_record(records, ARGV[13], ARGV[12], ARGV[11], ARGV[10], tonumber(ARGV[14]), tonumber(ARGV[15]),
+            tonumber(ARGV[16]))
 
 return {code, balance, tonumber(rcall('HGET', wallet, 'held')) or 0}

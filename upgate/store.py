@@ -202,12 +202,12 @@ LIB = "_lib"  # shared helpers prepended to every script that asks for them (Red
 
 
 def _lua_dir():
-    """Source checkout (tests run from the repo root, which shadows the install): the top-level
-    `lua/` beside the package, first, so a worktree runs its own scripts and not those of the
-    checkout an editable install points at. Installed: package data `upgate.lua`."""
-    beside = Path(__file__).resolve().parent.parent / "lua"
-    if (beside / "admit.lua").is_file():
-        return beside
+    """Source checkout (tests run from the repo root, which shadows the install): the
+    top-level `lua/` beside the package — first, since an editable install maps `upgate.lua`
+    to the checkout it was installed from, not this one. Installed: package data `upgate.lua`."""
+    local = Path(__file__).resolve().parent.parent / "lua"
+    if (local / "settle.lua").is_file():
+        return local
     return resources.files("upgate.lua")
 
 

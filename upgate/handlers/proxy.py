@@ -278,7 +278,7 @@ class ProxyHandler(BaseHandler):
         usage = obj.get("usage") if isinstance(obj.get("usage"), dict) else {}
         prompt = _int(usage.get("prompt_tokens"), sizing.prompt_tokens(body))
         completion = _int(usage.get("completion_tokens"), _tokens(_chars_json(obj)))
-        await self._settle(model, body, prompt, completion, _cached(usage))
+        await self._settle(model, body, prompt, completion, usage)
         _as_ours(obj, model)
         self._add_meta(obj, model)
         self.finish(orjson.dumps(obj))
@@ -454,7 +454,7 @@ class ProxyHandler(BaseHandler):
             await self._cut(model, body, chars, None, usage)
             return
         if usage is not None:
-            await self._settle(model, body, *_usage_tokens(usage, body, chars))
+            await self._settle(model, body, *_usage_tokens(usage, body, chars), usage)
             if held is None and meta:  # its usage chunk went out before content that followed
                 held = self._usage_chunk(model, last, usage)
             if held is not None and relay_usage:
@@ -485,7 +485,7 @@ class ProxyHandler(BaseHandler):
             code = _CLIENT_CLOSED[1] if self._gone else "upstream_timeout" \
                 if isinstance(error, UpstreamTimeout) else "upstream_error"
             if usage is not None:
-                await self._settle(model, body, *_usage_tokens(usage, body, chars), code=code)
+                await self._settle(model, body, *_usage_tokens(usage, body, chars), usage, code=code)
             elif chars:
                 await self._settle(model, body, sizing.prompt_tokens(body), _tokens(chars), code=code)
             else:
@@ -518,20 +518,29 @@ class ProxyHandler(BaseHandler):
             self._gone = True
 
     # ---- billing
-    async def _settle(self, model, body, prompt: int, completion: int, cached: int = 0,
+    async def _settle(self, model, body, prompt: int, completion: int, usage: dict | None = None,
                       code: str | None = None) -> None:
-        """Charge what was consumed. `code`: why a stream was cut part-way (None: it completed)."""
+        """Charge by the provider's usage: cached prompt tokens at their own prices, or the
+        provider's reported cost where its provider section says bill_by = "provider_cost".
+        `code`: why a stream was cut part-way, for the request record (None: it completed)."""
         if self._billed:
             return
         self._billed = True
         self.billing = "settled"
-        self.cost_micro = sizing.cost_micro(model, prompt, completion, wants_web_search(body, model.id))
+        cached, write = sizing.cache_tokens(usage)
+        self.cost_micro = sizing.cost_micro(model, prompt, completion, wants_web_search(body, model.id),
+                                            cached, write)
+        provider = self.ctx.providers.get(model.provider)
+        if provider is not None and provider.bill_by == "provider_cost":
+            usd, rate = sizing.reported_cost(usage), self.ctx.catalog.cost_rate(model.provider)
+            if usd is not None and rate is not None:  # else the token prices, as for any provider
+                self.cost_micro = sizing.provider_cost_micro(usd, *rate)
         self.prompt_tokens, self.completion_tokens = prompt, completion
-        self.record = self._record(200, code, prompt, completion, cached)
+        self.record = self._record(200, code, prompt, completion, min(cached, prompt))
         if not await self.ctx.ledger.settle(
                 self.key.account_id, self.hold.hold_id, key_id=self.key.key_id, model=model.id,
                 cost_micro=self.cost_micro, prompt_tokens=prompt, completion_tokens=completion,
-                cooldown_reset=model.id, record=self.record):
+                cached_tokens=min(cached, prompt), cooldown_reset=model.id, record=self.record):
             # the store knew no such hold (lost in a failover, or closed by something else):
             # the answer went out uncharged, and only the operator can make that right
             log.warning("request %s: the store had no hold %s to settle; %d micro-toman for "
@@ -629,17 +638,10 @@ def _as_ours(obj: dict, model) -> None:
     obj.setdefault("provider", model.provider)
 
 
-def _usage_tokens(usage: dict, body: dict, chars: int) -> tuple[int, int, int]:
-    """(prompt, completion, cached) tokens of a provider's usage object; what it leaves out,
-    estimated (cached: 0)."""
+def _usage_tokens(usage: dict, body: dict, chars: int) -> tuple[int, int]:
+    """(prompt, completion) tokens of a provider's usage object; what it leaves out, estimated."""
     return (_int(usage.get("prompt_tokens"), sizing.prompt_tokens(body)),
-            _int(usage.get("completion_tokens"), _tokens(chars)), _cached(usage))
-
-
-def _cached(usage: dict) -> int:
-    """usage.prompt_tokens_details.cached_tokens when the provider reports it, else 0."""
-    details = usage.get("prompt_tokens_details")
-    return _int(details.get("cached_tokens"), 0) if isinstance(details, dict) else 0
+            _int(usage.get("completion_tokens"), _tokens(chars)))
 
 
 def _finishes(payload: bytes, obj: dict) -> bool:
