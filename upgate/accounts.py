@@ -3,7 +3,9 @@ gateway's auth cache keeps (``AccountInfo``).
 
 The wallet hash ``keyspace.wallet(acct)`` holds ``phone``, ``balance`` (integer micro-toman,
 may go negative after a settle above its hold), ``held`` (micro-toman of open holds, kept by the
-billing scripts; created here as 0), ``suspended`` ("0"/"1"), ``free_quota`` (requests per
+billing scripts; created here as 0), ``credited`` and ``charged`` (lifetime Σ transactions and Σ
+charges, kept by lua/credit.lua and lua/settle.lua: balance == credited − charged; see
+upgate/transactions.py), ``suspended`` ("0"/"1"), ``free_quota`` (requests per
 Tehran day; absent = the deployment default) and ``created_at`` (unix seconds). Every account id
 (a UUID4 string) is also in the set ``keyspace.ACCOUNTS``.
 

@@ -19,7 +19,8 @@ def tag(account_id: str) -> str:
 
 
 def wallet(account_id: str) -> str:
-    """Hash: phone, balance, held (micro-toman), suspended (0/1), free_quota, created_at."""
+    """Hash: phone, balance, held, credited, charged (micro-toman), suspended (0/1), free_quota,
+    created_at."""
     return tag(account_id) + ":wallet"
 
 
