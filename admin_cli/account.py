@@ -16,13 +16,13 @@ from upgate.settings import SettingsError, from_env
 def refusals():
     """Turn the library's refusals (one-line ValueError subclasses) into `Refused`:
     exit 1, one line on stderr, no traceback."""
-    from upgate import keys
+    from upgate import keys, records
 
     from admin_cli.main import store_hint
 
     try:
         yield
-    except (accounts.UnknownAccount, keys.UnknownKey) as e:
+    except (accounts.UnknownAccount, keys.UnknownKey, records.UnknownRequest) as e:
         raise Refused(f"{e}; {store_hint()}") from None
     except (accounts.AccountError, keys.KeyAdminError, SettingsError) as e:
         raise Refused(str(e)) from None
