@@ -45,10 +45,11 @@ for _, hold_id in ipairs(due) do
   if rec[1] == 'open' then
     released = released + 1
     if rec[8] then
-      local record = '["' .. rec[8] .. '",' .. istr(now) .. ',"' .. (rec[3] or '') .. '",null,"' ..
+      local at = clock_ms(0) -- the record's time is Redis' own even when a test injects `now`
+      local record = '["' .. rec[8] .. '",' .. istr(at) .. ',"' .. (rec[3] or '') .. '",null,"' ..
         (rec[9] or '') .. '",null,null,' .. (rec[5] == '1' and '1' or '0') .. ',null,"reaped",0,0,0,' ..
         (rec[2] or '0') .. ',0,null,null]'
-      keep_record(records, ARGV[7], account_id, rec[8], record, now, tonumber(ARGV[8]), tonumber(ARGV[9]))
+      keep_record(records, ARGV[7], account_id, rec[8], record, at, tonumber(ARGV[8]), tonumber(ARGV[9]))
       rcall('HSET', hold_prefix .. hold_id, 'record', record)
     end
   else

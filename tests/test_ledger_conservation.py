@@ -46,8 +46,8 @@ free_quota = st.sampled_from((0, 1, 2, 3, 1000))  # requests per Tehran day
 rpm = st.sampled_from((1, 2, 3, 5, 600))  # per key
 
 
-def _record(hold_id: str, key: str, cost: int) -> dict:
-    return {"request_id": "req_" + hold_id, "key_id": key, "model": "m/a", "status": 200,
+def _record(request_id: str, key: str, cost: int) -> dict:
+    return {"request_id": request_id, "key_id": key, "model": "m/a", "status": 200,
             "cost_micro": cost, "hold_micro": 0}
 
 
@@ -107,13 +107,14 @@ def check(url, sync, ops, initial, sharded=False, quota=1000, rpms=(600, 600), l
 
                 async def go():
                     result["a"] = await L.admit(account_id=acct, key_id=key, model="m/a", hold_micro=amount,
-                                                stream=stream, free=free, now_ms=now)
+                                                stream=stream, free=free, now_ms=now,
+                                                request_id=f"req_{len(holds)}")
 
                 got = await outcome(go())
                 assert got == expect, (action, got, expect)
                 event(f"admit: {got}")
                 if got == "ok":
-                    holds.append({"id": result["a"].hold_id, "key": key, "amount": 0 if free else amount,
+                    holds.append({"id": result["a"].hold_id, "rid": f"req_{len(holds)}", "key": key, "amount": 0 if free else amount,
                                   "stream": stream, "state": "open", "deadline": now + LEASE_MS,
                                   "free": free, "day": day})
                     if free:
@@ -124,20 +125,20 @@ def check(url, sync, ops, initial, sharded=False, quota=1000, rpms=(600, 600), l
                     cost = action[2]
                     done = await L.settle(acct, x["id"], key_id=x["key"], model="m/a", cost_micro=cost,
                                           prompt_tokens=1, completion_tokens=2,
-                                          record=_record(x["id"], x["key"], cost))
+                                          record=_record(x["rid"], x["key"], cost))
                     assert done == (x["state"] in ("open", "reaped"))
                     event(f"settle of a hold {x['state']}")
                     if done:
-                        kept["req_" + x["id"]] = cost
+                        kept[x["rid"]] = cost
                         x["state"] = "settled"
                         charged[x["key"]] += cost
                         balance -= cost
                 elif kind == "release":
                     done = await L.release(acct, x["id"], credit_free=action[2],
-                                           record=_record(x["id"], x["key"], 0))
+                                           record=_record(x["rid"], x["key"], 0))
                     assert done == (x["state"] == "open")
                     if x["state"] in ("open", "reaped"):
-                        kept["req_" + x["id"]] = 0
+                        kept[x["rid"]] = 0
                     if done and x["free"] and action[2]:  # the provider never served it: given back
                         free_credited[x["day"]] = free_credited.get(x["day"], 0) + 1
                         event("free request credited back")
@@ -156,6 +157,7 @@ def check(url, sync, ops, initial, sharded=False, quota=1000, rpms=(600, 600), l
                     event("reap released holds")
                 for x in due:
                     x["state"] = "reaped"
+                    kept[x["rid"]] = 0  # the reaper's record, until a late settle replaces it
             elif kind in ("topup", "adjust"):
                 _, amount, ref = action
                 money_kind = "adjustment" if kind == "adjust" or amount < 0 else "topup"
@@ -199,12 +201,12 @@ def check(url, sync, ops, initial, sharded=False, quota=1000, rpms=(600, 600), l
         # the end: every open request finishes one way or the other
         for n, x in enumerate(open_holds()):
             if n % 2:
-                assert await L.release(acct, x["id"], record=_record(x["id"], x["key"], 0))
-                kept["req_" + x["id"]] = 0
+                assert await L.release(acct, x["id"], record=_record(x["rid"], x["key"], 0))
+                kept[x["rid"]] = 0
             else:
                 assert await L.settle(acct, x["id"], key_id=x["key"], model="m/a", cost_micro=1,
-                                      prompt_tokens=0, completion_tokens=0, record=_record(x["id"], x["key"], 1))
-                kept["req_" + x["id"]] = 1
+                                      prompt_tokens=0, completion_tokens=0, record=_record(x["rid"], x["key"], 1))
+                kept[x["rid"]] = 1
                 charged[x["key"]] += 1
                 balance -= 1
         return charged, kept, credits
