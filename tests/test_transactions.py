@@ -237,3 +237,21 @@ def test_a_topup_waits_for_the_replica(replicated, monkeypatch):
     again = transactions.topup(client, acct, "10", ref="pay-2")
     assert again["replayed"] is True and again["balance_toman"] == "510.000000"
     assert rep.hget(keyspace.wallet(acct), "balance") == b"510000000"
+
+
+def test_the_cli_says_when_no_replica_confirmed(replicated, monkeypatch):
+    from click.testing import CliRunner
+
+    from admin_cli.main import cli
+
+    master, replica = replicated
+    client = store.connect_sync(master.url)
+    acct = accounts.create_account(client, "09121234567", 0)
+    monkeypatch.setattr(transactions, "REPLICA_WAIT_MS", 300)
+    os.kill(replica.proc.pid, signal.SIGSTOP)
+    res = CliRunner().invoke(cli, ["account", "topup", acct, "10", "--ref", "pay-9", "--json"],
+                             env={"UPGATE_REDIS_URL": master.url})
+    os.kill(replica.proc.pid, signal.SIGCONT)
+    assert res.exit_code == 1 and res.stdout == ""
+    assert len(res.stderr.splitlines()) == 1 and "no replica confirmed" in res.stderr
+    assert "same ref" in res.stderr
