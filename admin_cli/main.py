@@ -96,14 +96,16 @@ def cli(ctx: click.Context, as_json: bool) -> None:
 def _register() -> None:
     import importlib
 
-    for name in ("account", "key", "models", "usage"):
+    for name, attrs in (("account", ("account",)), ("key", ("key",)), ("models", ("models",)),
+                        ("usage", ("usage",)), ("audit", ("audit",)), ("requests", ("requests", "request"))):
         try:
             mod = importlib.import_module(f"admin_cli.{name}")
         except ModuleNotFoundError as e:  # a noun not built yet
             if e.name != f"admin_cli.{name}":
                 raise
             continue
-        cli.add_command(getattr(mod, name))
+        for attr in attrs:
+            cli.add_command(getattr(mod, attr))
 
 
 _register()

@@ -37,6 +37,7 @@ _RATE_CODES = {"upstream_rate_limited", "free_capacity_exhausted"}
 # event (what it bills us by) is waited for, rather than billing an estimate of what was relayed.
 USAGE_GRACE_S = 10.0
 _MAX_TOKENS = 100_000_000  # per request and kind: more than any context window holds
+_CLIENT_CLOSED = (499, "client_closed")  # a request record's outcome when the client left first
 # How most providers write a chunk that finishes nothing: a byte search skips _finishes for it.
 _NOT_DONE = b'"finish_reason":null'
 
@@ -73,6 +74,9 @@ class ProxyHandler(BaseHandler):
     stream = False
     billing = None  # "settled" | "released", for metrics
     free = False
+    model_id = None  # the model the client asked for (its first, with a `models` list)
+    ttfb_ms = None  # request arrival → the answering provider's response headers
+    record = None  # the request record (upgate/records.py) settle/release kept; the access log too
 
     # ---- the request
     async def post(self) -> None:
@@ -94,7 +98,7 @@ class ProxyHandler(BaseHandler):
         except GatewayError:
             await self._peek_rate(key)
             raise
-        self.stream = req.stream
+        self.stream, self.model_id = req.stream, models[0].id
         free = all(m.free for m in models)
         hold_micro = 0 if free else sizing.hold_micro(req.body, models)
         alternative = None
@@ -107,7 +111,8 @@ class ProxyHandler(BaseHandler):
         try:
             self.hold = await ctx.ledger.admit(
                 account_id=key.account_id, key_id=key.key_id, model=models[0].id,
-                hold_micro=hold_micro, stream=req.stream, free=free, alternative=alternative)
+                hold_micro=hold_micro, stream=req.stream, free=free, alternative=alternative,
+                request_id=self.request_id)
         except Rejected as e:
             if e.rate is not None:
                 self.set_rate(e.rate)
@@ -184,7 +189,9 @@ class ProxyHandler(BaseHandler):
         # model was not cold before (cold ones are skipped) and is cold after → this made it cold.
         # (A strike of another node landing in the same instant would be counted here too.)
         warm = final is not None and not ctx.ledger.cold_until(final)
-        await self._release(credit_free=True, strike=final)
+        outcome = _CLIENT_CLOSED if self._gone else (502, "upstream_error") if self._aborted else \
+            (last.status, last.code)
+        await self._release(credit_free=True, strike=final, outcome=outcome)
         if warm and ctx.ledger.cold_until(final):
             self._count_cooldown(final)
         if self._gone:
@@ -231,6 +238,7 @@ class ProxyHandler(BaseHandler):
                 status, code, message = map_error(call.status, raw, provider, model.free)
                 raise _Failed(GatewayError(code, message, status=status), strike=code in _RATE_CODES)
             self.answered = model
+            self.ttfb_ms = round((time.monotonic() - self.started) * 1000)
             if req.stream:
                 await self._relay_stream(call, model, req.body)
             else:
@@ -474,12 +482,14 @@ class ProxyHandler(BaseHandler):
         """Mid-stream failure, client disconnect or shutdown: settle what was consumed, by the
         provider's last usage if it reported one, else by what the client was sent."""
         if not self._billed:
+            code = _CLIENT_CLOSED[1] if self._gone else "upstream_timeout" \
+                if isinstance(error, UpstreamTimeout) else "upstream_error"
             if usage is not None:
-                await self._settle(model, body, *_usage_tokens(usage, body, chars), usage)
+                await self._settle(model, body, *_usage_tokens(usage, body, chars), usage, code=code)
             elif chars:
-                await self._settle(model, body, sizing.prompt_tokens(body), _tokens(chars))
+                await self._settle(model, body, sizing.prompt_tokens(body), _tokens(chars), code=code)
             else:
-                await self._release(credit_free=True)
+                await self._release(credit_free=True, outcome=(_CLIENT_CLOSED[0] if self._gone else 200, code))
         if self._gone or self._finished:
             return
         if self._aborted:
@@ -508,9 +518,11 @@ class ProxyHandler(BaseHandler):
             self._gone = True
 
     # ---- billing
-    async def _settle(self, model, body, prompt: int, completion: int, usage: dict | None = None) -> None:
+    async def _settle(self, model, body, prompt: int, completion: int, usage: dict | None = None,
+                      code: str | None = None) -> None:
         """Charge by the provider's usage: cached prompt tokens at their own prices, or the
-        provider's reported cost where its provider section says bill_by = "provider_cost"."""
+        provider's reported cost where its provider section says bill_by = "provider_cost".
+        `code`: why a stream was cut part-way, for the request record (None: it completed)."""
         if self._billed:
             return
         self._billed = True
@@ -524,23 +536,41 @@ class ProxyHandler(BaseHandler):
             if usd is not None and rate is not None:  # else the token prices, as for any provider
                 self.cost_micro = sizing.provider_cost_micro(usd, *rate)
         self.prompt_tokens, self.completion_tokens = prompt, completion
+        self.record = self._record(200, code, prompt, completion, min(cached, prompt))
         if not await self.ctx.ledger.settle(
                 self.key.account_id, self.hold.hold_id, key_id=self.key.key_id, model=model.id,
                 cost_micro=self.cost_micro, prompt_tokens=prompt, completion_tokens=completion,
-                cached_tokens=min(cached, prompt), cooldown_reset=model.id):
+                cached_tokens=min(cached, prompt), cooldown_reset=model.id, record=self.record):
             # the store knew no such hold (lost in a failover, or closed by something else):
             # the answer went out uncharged, and only the operator can make that right
             log.warning("request %s: the store had no hold %s to settle; %d micro-toman for "
                         "account %s were not charged", self.request_id, self.hold.hold_id,
                         self.cost_micro, self.key.account_id)
 
-    async def _release(self, credit_free: bool = False, strike: str | None = None) -> None:
+    async def _release(self, credit_free: bool = False, strike: str | None = None,
+                       outcome: tuple = (500, "internal_error")) -> None:
+        """Charge nothing. `outcome`: (status, code) the request ended with."""
         if self._billed:
             return
         self._billed = True
         self.billing = "released"
+        self.record = self._record(*outcome, 0, 0, 0)
         await self.ctx.ledger.release(self.key.account_id, self.hold.hold_id,
-                                      credit_free=credit_free and self.free, strike=strike)
+                                      credit_free=credit_free and self.free, strike=strike,
+                                      record=self.record)
+
+    def _record(self, status: int, code: str | None, prompt: int, completion: int, cached: int) -> dict:
+        """The request's record (upgate/records.py): no content, only what it cost and how it went."""
+        answered = self.answered
+        return {"request_id": self.request_id, "account_id": self.key.account_id,
+                "key_id": self.key.key_id, "key_prefix": self.key.prefix, "model": self.model_id,
+                "answered_model": answered.id if answered else None,
+                "provider": answered.provider if answered else None, "stream": self.stream,
+                "status": status, "code": code, "prompt_tokens": prompt, "completion_tokens": completion,
+                "cached_tokens": cached, "hold_micro": self.hold.hold_micro,
+                "cost_micro": self.cost_micro if self.billing == "settled" else 0,
+                "ttfb_ms": self.ttfb_ms if answered else None,
+                "duration_ms": round((time.monotonic() - self.started) * 1000)}
 
     @property
     def _meta(self) -> bool:
