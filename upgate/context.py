@@ -18,6 +18,7 @@ from upgate.catalog import Catalog
 from upgate.ledger import STORE_ERRORS, Ledger
 from upgate.access_log import AccessLog
 from upgate.metrics import Metrics, observe
+from upgate.refusals import Refusals
 from upgate.settings import Settings
 from upgate.upstream.client import UpstreamClient
 
@@ -32,6 +33,7 @@ class Context:
         self.auth = Auth(self.redis, settings.key_pepper)
         self.catalog = Catalog(self.redis)
         self.ledger = Ledger(self.redis, settings)
+        self.refusals = Refusals(settings.topup_url)
         self.upstream = UpstreamClient(silence_s=settings.upstream_silence_s)
         self.metrics = Metrics()
         self.access_log = AccessLog() if access_log else None
@@ -115,12 +117,14 @@ class Context:
         if not isinstance(msg, dict):
             return
         self.auth.on_event(msg)
+        self.refusals.on_event(msg)
         self.catalog.on_event(msg)
         self.ledger.on_event(msg)
 
     async def _resync(self) -> None:
         """After a (re)subscription anything may have been missed: drop and reload it all."""
         self.auth.flush()
+        self.refusals.flush()
         await self.catalog.reload()
         await self.ledger.reload_cooldowns()
 

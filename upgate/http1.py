@@ -46,6 +46,8 @@ _HEADER_LINE = re.compile(_LINE)
 _HEADER_LINES = re.compile("(?>" + _LINE.replace("(", "(?:").replace("(?:?:", "(?:") + ")*")
 _CONTINUE = b"HTTP/1.1 100 (Continue)\r\n\r\n"
 _BAD_REQUEST = b"HTTP/1.1 400 Bad Request\r\n\r\n"
+_TOO_LARGE = b"HTTP/1.1 431 Request Header Fields Too Large\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"
+MAX_HEADER_LINES = 100  # header lines of one request (as nginx and most servers bound them)
 _CHUNK = 65536  # largest body piece handed to a handler at once
 _CHUNK_LINE = 64  # longest chunk-size line (Tornado's limit)
 _BUFFERED_MAX = 1 << 20  # bytes waiting in the buffer before reading pauses
@@ -171,6 +173,7 @@ class Connection(asyncio.Protocol):
         self.since = time.monotonic()  # when it began waiting for the current request
         self.closed = False
         self._scanned = 0  # bytes of buf already searched for the end of the header block
+        self._lines = 0  # line ends in those bytes
         self._reading = True
         self.stalled_since: float | None = None  # writing paused (the client is not reading)
         self._waiters: list[asyncio.Future] = []  # writes waiting for the transport to drain
@@ -285,20 +288,34 @@ class Connection(asyncio.Protocol):
             self._reading = True
             self.transport.resume_reading()
 
+    def too_large(self) -> None:
+        """A header block past max_header_size or MAX_HEADER_LINES: 431, then close (every
+        header line is work for the loop before any handler can refuse the request)."""
+        if not self.transport.is_closing():
+            self.transport.write(_TOO_LARGE)
+        self.transport.close()
+
     def _begin(self) -> bool:
         """Start the next request once its whole header block is in."""
         buf, limit = self.buf, self.server.max_header_size
         # headers may come a few bytes at a time: search only what is new (and 3 bytes back)
         m = _HEAD_END.search(buf, max(0, self._scanned - 3), limit)
+        end = len(buf) if m is None else m.end()
+        self._lines += buf.count(b"\n", self._scanned, end)
+        if self._lines > MAX_HEADER_LINES + 2 or (m is None and len(buf) > limit):  # (+ start, end)
+            self.too_large()
+            return False
         if m is None:
-            if len(buf) > limit:
-                self.transport.close()  # what Tornado does with an oversized header block
             self._scanned = len(buf)
             return False
-        self._scanned = 0
-        end = m.end()
-        text = buf[:end].decode("latin1").lstrip("\r\n")
+        self._scanned = self._lines = 0
+        block = bytes(buf[:end]).lstrip(b"\r\n")
         del buf[:end]
+        if block.count(b"\n") != block.count(b"\r\n") or block.count(b"\r") != block.count(b"\r\n"):
+            # a bare LF or CR ends no line here (llhttp's rule): a proxy in front that took it
+            # for one would frame this request differently
+            raise httputil.HTTPInputError("bare LF or CR in the header block")
+        text = block.decode("latin1")
         eol = text.find("\n")
         start_line = httputil.parse_request_start_line(text[:eol].rstrip("\r"))
         headers = parse_headers(text[eol + 1:])

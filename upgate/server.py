@@ -24,6 +24,8 @@ from upgate.settings import Settings
 
 log = logging.getLogger("upgate")
 
+HEADER_BLOCK_MAX = 64 * 1024  # bytes of a request's start line and headers
+
 
 class BindError(OSError):
     """The listening socket could not be opened (port in use, no permission, out of range)."""
@@ -42,9 +44,8 @@ async def start_node(settings: Settings, providers: dict, sockets, client=None):
     ctx = Context(settings, providers, client=client)
     await ctx.start()
     server = HTTP1Server(make_app(ctx), max_body_size=1 << 40,  # handlers enforce the limit with a 413
-                         # a request whose headers pass 1 MB is dropped without a word; below
-                         # that the handler answers it (a huge key is a 401)
-                         max_header_size=1 << 20, idle_timeout_s=75, body_timeout_s=300)
+                         # a header block past 64 KB (or 100 lines) is answered 431 and closed
+                         max_header_size=HEADER_BLOCK_MAX, idle_timeout_s=75, body_timeout_s=300)
     await server.listen(sockets)
     return ctx, server
 

@@ -18,6 +18,7 @@ from tornado.httputil import HTTPHeaders, format_timestamp
 from upgate import __version__
 from upgate.errors import GatewayError
 from upgate.ledger import store_unavailable
+from upgate.requests import BodyShape
 
 log = logging.getLogger("upgate")
 
@@ -52,6 +53,11 @@ class BaseHandler(tornado.web.RequestHandler):
     """
 
     keep_body = False
+    # The route needs a key: it is checked in prepare(), before any of the body is read or
+    # `100 Continue` is sent; a refused request is answered and its connection closed.
+    needs_key = False
+    key = None  # keys.KeyInfo once authenticated
+    account = None
 
     rate = None  # ledger.RateInfo once a key's window was read; headers on every response
     error: GatewayError | None = None  # what the access log reports
@@ -60,16 +66,20 @@ class BaseHandler(tornado.web.RequestHandler):
         self.ctx = ctx
         self.started = time.monotonic()
 
-    def prepare(self) -> None:
+    async def prepare(self) -> None:
         self._body: list[bytes] | None = []
         self._size = 0
+        self._shape = BodyShape() if self.keep_body else None
         limit = self.ctx.settings.max_body_bytes
         length = self.request.headers.get("Content-Length")
         if length is not None:
-            if not length.isdigit():
+            if not (length.isascii() and length.isdigit()):  # ("²" and "٣" are digits too)
                 raise GatewayError("invalid_request", "Content-Length is malformed.")
             if int(length) > limit:
                 raise GatewayError("request_too_large")
+        if self.needs_key:
+            self.key, self.account = await self.ctx.auth.authenticate(self.request.headers,
+                                                                      self.request.remote_ip)
         # No per-request max_body_size: Tornado would refuse the chunk that crosses it with a
         # bare 400 before data_received sees it. The server-wide bound is far above the limit.
         ready = getattr(self.request.connection, "ready_for_body", None)
@@ -84,6 +94,12 @@ class BaseHandler(tornado.web.RequestHandler):
             self._body = None
             self.send_gateway_error(GatewayError("request_too_large"))
         elif self.keep_body:
+            try:
+                self._shape.feed(chunk)  # depth and value count, before anything is parsed
+            except GatewayError as e:
+                self._body = None
+                self.send_gateway_error(e)
+                return
             self._body.append(chunk)
 
     def body_bytes(self) -> bytes | None:

@@ -14,10 +14,11 @@ def _s(raw: dict) -> dict:
 
 
 class MeHandler(BaseHandler):
+    needs_key = True
+
     async def get(self) -> None:
         ctx = self.ctx
-        key, account = await ctx.auth.authenticate(self.request.headers)
-        self.key = key  # the access log names the key (prefix) and its account
+        key = self.key  # (checked in prepare; the access log names it and its account)
         acct = key.account_id
         pipe = ctx.redis.pipeline(transaction=False)
         pipe.hgetall(keyspace.wallet(acct))

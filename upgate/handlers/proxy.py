@@ -54,6 +54,7 @@ class ProxyHandler(BaseHandler):
     CAPABILITY = "chat"
 
     keep_body = True
+    needs_key = True
     # Per-request state. Class defaults, because on_connection_close and on_finish may run
     # for a request that prepare() refused before it got anywhere.
     _call = None
@@ -63,7 +64,6 @@ class ProxyHandler(BaseHandler):
     _sse_open = False
     _billed = True  # nothing to settle until a hold exists
     hold = None
-    key = None
     answered = None
     cost_micro = 0
     upstream_ms = 0.0  # time spent on the provider, summed over every attempt
@@ -80,10 +80,16 @@ class ProxyHandler(BaseHandler):
         if self._finished or raw is None:
             return
         ctx = self.ctx
-        key, _account = await ctx.auth.authenticate(self.request.headers)
-        self.key = key
+        key = self.key  # checked in prepare(), before the body was read
+        # a key admit refused is refused again here, before its body is parsed (refusals.py)
         try:
-            req = validate(parse_json(raw), self.ROUTE)
+            ctx.refusals.check_rate(key.key_id)
+        except Rejected as e:
+            self.set_rate(e.rate)
+            raise
+        await ctx.refusals.check_balance(ctx.redis, key.account_id, len(raw))
+        try:
+            req = validate(parse_json(raw, shape_checked=True), self.ROUTE)
             self._body = []
             models = [ctx.catalog.resolve(m) for m in req.model_ids]
             for m in models:
@@ -111,6 +117,7 @@ class ProxyHandler(BaseHandler):
         except Rejected as e:
             if e.rate is not None:
                 self.set_rate(e.rate)
+            ctx.refusals.note(key.key_id, key.account_id, e)
             raise
         self.set_rate(self.hold.rate)
         self._billed = False
