@@ -58,15 +58,43 @@ def _journal(ctx) -> dict:
 
 
 class MetricsHandler(BaseHandler):
-    def get(self) -> None:
-        token = self.ctx.settings.metrics_token
-        if token:
-            given = self.request.headers.get("Authorization", "")
-            if not hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
-                raise GatewayError("invalid_api_key")
+    async def get(self) -> None:
+        if not await metrics_allowed(self.ctx, self.request.headers):
+            raise GatewayError("invalid_api_key", "/metrics needs `Authorization: Bearer <token>`: "
+                               "UPGATE_METRICS_TOKEN or an admin token.")
         metrics = self.ctx.metrics
         if metrics is None:
             raise GatewayError("not_found", "Metrics are not enabled on this node.")
         body, content_type = metrics.render()
         self.set_header("Content-Type", content_type)
         self.finish(body)
+
+
+async def metrics_allowed(ctx, headers) -> bool:
+    """/metrics shows business figures: closed unless the operator opened it
+    (UPGATE_METRICS_PUBLIC=1), or the request carries UPGATE_METRICS_TOKEN or an admin token."""
+    if ctx.settings.metrics_public:
+        return True
+    scheme, _, token = headers.get("Authorization", "").strip().partition(" ")
+    token = token.strip()
+    if scheme.lower() != "bearer" or not token:
+        return False
+    expected = ctx.settings.metrics_token
+    if expected and hmac.compare_digest(token.encode(), expected.encode()):
+        return True
+    return await _admin_token(ctx, token)
+
+
+async def _admin_token(ctx, token: str) -> bool:
+    """An admin token (upgate/admin_tokens.py), read-only ones included."""
+    try:
+        from upgate import admin_tokens
+    except ImportError:  # the management API is not in this build
+        return False
+    client = getattr(ctx, "admin_redis", None)
+    executor = getattr(ctx, "admin_executor", None)
+    if client is None or not token.startswith("upa_"):
+        return False
+    found = await asyncio.get_running_loop().run_in_executor(
+        executor, admin_tokens.verify, client, ctx.settings.key_pepper, token)
+    return found is not None
