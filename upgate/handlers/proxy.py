@@ -26,7 +26,7 @@ from upgate.requests import parse_json, validate, wants_web_search
 from upgate.upstream import sse
 from upgate.upstream.client import UpstreamCut, UpstreamTimeout, UpstreamUnreachable
 from upgate.upstream.dialects import prepare_body
-from upgate.upstream.errors import map_error
+from upgate.upstream.errors import body_error_message, map_error
 
 log = logging.getLogger("upgate")
 
@@ -235,7 +235,7 @@ class ProxyHandler(BaseHandler):
                 except (UpstreamCut, UpstreamTimeout):
                     raw = b""
                 self._attempt_over()
-                status, code, message = map_error(call.status, raw, provider, model.free)
+                status, code, message = map_error(call.status, raw, provider, model.free, model)
                 raise _Failed(GatewayError(code, message, status=status), strike=code in _RATE_CODES)
             self.answered = model
             if req.stream:
@@ -273,7 +273,8 @@ class ProxyHandler(BaseHandler):
         except ValueError:  # orjson.JSONDecodeError included
             raise _Failed(GatewayError("upstream_error", "The provider returned a malformed response.")) from None
         if isinstance(obj.get("error"), dict):  # some providers answer 200 with an error body
-            raise _Failed(GatewayError("upstream_error", _error_message(obj["error"])))
+            raise _Failed(GatewayError("upstream_error", body_error_message(
+                obj["error"], self.ctx.providers.get(model.provider), model)))
         usage = obj.get("usage") if isinstance(obj.get("usage"), dict) else {}
         prompt = _int(usage.get("prompt_tokens"), sizing.prompt_tokens(body))
         completion = _int(usage.get("completion_tokens"), _tokens(_chars_json(obj)))
@@ -373,7 +374,7 @@ class ProxyHandler(BaseHandler):
                     if not isinstance(obj, dict):
                         continue
                     if isinstance(obj.get("error"), dict):
-                        raise UpstreamCut(_error_message(obj["error"]))
+                        raise UpstreamCut(body_error_message(obj["error"], self.ctx.providers.get(model.provider), model))
                     chars += _chars_chunk(obj)
                     if not self._generated and _finishes(payload, obj):
                         self._generated = True
@@ -645,11 +646,6 @@ def _content_event(payload: bytes) -> dict | None:
     if obj is None or isinstance(obj.get("usage"), dict) or isinstance(obj.get("error"), dict):
         return None
     return obj
-
-
-def _error_message(err: dict) -> str:
-    msg = err.get("message")
-    return msg if isinstance(msg, str) else "The provider returned an error."
 
 
 def _list(value) -> list:
