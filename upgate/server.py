@@ -98,6 +98,30 @@ def address(host: str, sockets: list[socket.socket]) -> str:
     return f"http://{shown}:{port}"
 
 
+def check_store(url: str) -> None:
+    """Refuse a Redis that may evict keys (money) before serving: raises EvictingStore. Warns
+    about one that does not persist. A store that does not answer yet is checked by each node
+    once it does (Context._check_store)."""
+    import redis
+
+    from upgate import store, store_policy
+
+    if url.startswith("memory://"):
+        return
+    try:
+        client = store.connect_sync(url)
+        try:
+            warnings = store_policy.check(client, url)
+        finally:
+            client.close()
+    except (redis.RedisError, redis.exceptions.RedisClusterException, OSError) as e:
+        log.debug("store policy not checked at start-up (%s): each node checks it when the store "
+                  "answers", type(e).__name__)
+        return
+    for w in warnings:
+        log.warning("%s", w)
+
+
 def raise_fd_limit() -> int:
     """Every open stream holds two sockets (its client's and its provider's), so the common soft
     limit of 1,024 descriptors would cap a node near 500 streams: raise it to the hard limit."""
@@ -116,6 +140,7 @@ def run(settings: Settings, providers: dict, port: int, processes: int, host: st
     """`host` "" listens on every interface."""
     raise_fd_limit()
     sockets = bind(port, host)
+    check_store(settings.redis_url)
     log.info("listening on %s%s", address(host, sockets),
              f" ({processes} worker processes)" if processes > 1 else "")
     if processes > 1:

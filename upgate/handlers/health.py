@@ -30,9 +30,12 @@ class HealthHandler(BaseHandler):
             redis_ok = False
         ctx.redis_ok = redis_ok
         down = [] if redis_ok else ["redis"]
+        if ctx.store_refusal:
+            down.append("redis-eviction")
         body = {
             "status": "degraded" if down else "ok",
             "down": down,
+            "warnings": [ctx.store_refusal, *ctx.store_warnings] if ctx.store_refusal else ctx.store_warnings,
             "redis": "ok" if redis_ok else "unreachable",
             "catalog": "loaded" if ctx.catalog.loaded else "missing",
             "draining": ctx.draining,
