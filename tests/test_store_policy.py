@@ -9,7 +9,8 @@ import redis
 from click.testing import CliRunner
 
 from admin_cli.main import cli
-from tests.gateway import Node, load_catalog, test_settings
+from tests.gateway import Node, load_catalog
+from tests.gateway import test_settings as settings_for
 from tests.procs import RedisServer, free_port
 from upgate import store, store_policy
 from upgate.cli import main as upgate_main
@@ -88,7 +89,7 @@ def test_healthz_is_quiet_about_a_persistent_redis(mock):
     server = RedisServer(extra=["--appendonly", "yes", "--appendfsync", "everysec"]).start()
     try:
         load_catalog(server.url)
-        node = Node(test_settings(server.url), {"mock": mock.provider()})
+        node = Node(settings_for(server.url), {"mock": mock.provider()})
         try:
             assert httpx.get(node.url + "/healthz").json()["warnings"] == []
         finally:
@@ -101,7 +102,7 @@ def test_a_node_reports_an_evicting_redis_it_reaches_later(lru, mock, monkeypatc
     """A node started while the store did not answer checks it once it does."""
     monkeypatch.delenv("UPGATE_ALLOW_EVICTION", raising=False)
     load_catalog(lru.url)
-    node = Node(test_settings(lru.url), {"mock": mock.provider()})
+    node = Node(settings_for(lru.url), {"mock": mock.provider()})
     try:
         body = httpx.get(node.url + "/healthz").json()
         assert body["status"] == "degraded" and "redis-eviction" in body["down"]

@@ -11,7 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.gateway import Node, load_catalog, seed, test_settings
+from tests.gateway import Node, load_catalog, seed
+from tests.gateway import test_settings as settings_for
 from tests.scripted_upstream import ScriptedUpstream
 from upgate.upstream.errors import body_error_message, map_error
 from upgate.upstream.providers import Provider
@@ -119,7 +120,7 @@ def test_an_error_in_a_200_body_is_scrubbed(redis_url, upstream):
     provider = upstream.provider()
     provider = Provider(name="mock", base_url=provider.base_url, api_key="sk-live-OURSECRETKEY1234",
                         dialect="openai", available=True)
-    node = Node(test_settings(redis_url), {"mock": provider})
+    node = Node(settings_for(redis_url), {"mock": provider})
     try:
         key, _, _ = seed(redis_url, balance="100000")
         secret = (f"Upstream {provider.base_url}/chat/completions refused key sk-live-OURSECRETKEY1234 "
