@@ -58,3 +58,18 @@ def test_a_burst_after_a_redis_restart_gets_no_503(mock):
             node.close()
     finally:
         server.close()
+
+
+@pytest.mark.cluster
+def test_a_burst_after_a_cluster_restart_gets_no_503(redis_cluster, cluster_url, mock):
+    load_catalog(cluster_url)
+    key, _, _ = seed(cluster_url, balance="1000000", rpm=600)
+    node = Node(settings_for(cluster_url), {"mock": mock.provider()})
+    try:
+        assert set(burst(node, key)) == {200}
+        redis_cluster.stop()
+        redis_cluster.restart()  # every node back on its port, with its data, cluster_state:ok
+        codes = burst(node, key)
+        assert codes.count(503) == 0, codes
+    finally:
+        node.close()
