@@ -48,6 +48,7 @@ _CONTINUE = b"HTTP/1.1 100 (Continue)\r\n\r\n"
 _BAD_REQUEST = b"HTTP/1.1 400 Bad Request\r\n\r\n"
 _TOO_LARGE = b"HTTP/1.1 431 Request Header Fields Too Large\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"
 MAX_HEADER_LINES = 100  # header lines of one request (as nginx and most servers bound them)
+_LINGER_S = 2.0  # after a 431, how long the rest of the client's request is read and dropped
 _CHUNK = 65536  # largest body piece handed to a handler at once
 _CHUNK_LINE = 64  # longest chunk-size line (Tornado's limit)
 _BUFFERED_MAX = 1 << 20  # bytes waiting in the buffer before reading pauses
@@ -72,8 +73,9 @@ class HTTP1Server:
 
     def __init__(self, delegate: httputil.HTTPServerConnectionDelegate, *, max_header_size: int = 65536,
                  max_body_size: int = 100 << 20, idle_timeout_s: float = 75.0,
-                 body_timeout_s: float = 300.0) -> None:
+                 body_timeout_s: float = 300.0, too_large=None) -> None:
         self.delegate = delegate
+        self.too_large = too_large or (lambda: _TOO_LARGE)  # () → the bytes of a 431
         self.max_header_size = max_header_size
         self.max_body_size = max_body_size
         self.idle_timeout_s = idle_timeout_s
@@ -174,6 +176,7 @@ class Connection(asyncio.Protocol):
         self.closed = False
         self._scanned = 0  # bytes of buf already searched for the end of the header block
         self._lines = 0  # line ends in those bytes
+        self._discarding = False  # answered 431: what still comes is dropped until the close
         self._reading = True
         self.stalled_since: float | None = None  # writing paused (the client is not reading)
         self._waiters: list[asyncio.Future] = []  # writes waiting for the transport to drain
@@ -193,6 +196,8 @@ class Connection(asyncio.Protocol):
         self.server.connections.add(self)
 
     def data_received(self, data: bytes) -> None:
+        if self._discarding:
+            return
         self.buf += data
         self._advance()
 
@@ -290,10 +295,18 @@ class Connection(asyncio.Protocol):
 
     def too_large(self) -> None:
         """A header block past max_header_size or MAX_HEADER_LINES: 431, then close (every
-        header line is work for the loop before any handler can refuse the request)."""
-        if not self.transport.is_closing():
-            self.transport.write(_TOO_LARGE)
-        self.transport.close()
+        header line is work for the loop before any handler can refuse the request). What the
+        client still sends is read and dropped for a moment: closing on unread bytes would send
+        a reset, which can destroy the 431 before the client reads it."""
+        transport = self.transport
+        if transport.is_closing() or self._discarding:
+            return
+        transport.write(self.server.too_large())
+        self._discarding = True
+        self.buf.clear()
+        if transport.can_write_eof():
+            transport.write_eof()
+        asyncio.get_running_loop().call_later(_LINGER_S, transport.close)
 
     def _begin(self) -> bool:
         """Start the next request once its whole header block is in."""

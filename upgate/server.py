@@ -19,6 +19,7 @@ import tornado.netutil
 
 from upgate.app import make_app
 from upgate.context import Context
+from upgate.handlers.base import header_block_refusal
 from upgate.http1 import HTTP1Server
 from upgate.settings import Settings
 
@@ -45,7 +46,8 @@ async def start_node(settings: Settings, providers: dict, sockets, client=None):
     await ctx.start()
     server = HTTP1Server(make_app(ctx), max_body_size=1 << 40,  # handlers enforce the limit with a 413
                          # a header block past 64 KB (or 100 lines) is answered 431 and closed
-                         max_header_size=HEADER_BLOCK_MAX, idle_timeout_s=75, body_timeout_s=300)
+                         max_header_size=HEADER_BLOCK_MAX, idle_timeout_s=75, body_timeout_s=300,
+                         too_large=header_block_refusal)
     await server.listen(sockets)
     return ctx, server
 

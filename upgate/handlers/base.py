@@ -44,6 +44,18 @@ def new_request_id() -> str:
     return "req_" + os.urandom(12).hex()
 
 
+def header_block_refusal() -> bytes:
+    """The 431 the HTTP layer writes for a header block past its limits (upgate/http1.py), before
+    any handler exists: the spec's error shape and a request id all the same."""
+    err, rid = GatewayError("request_header_too_large"), new_request_id()
+    body = orjson.dumps(err.body())
+    head = [f"HTTP/1.1 {err.status} Request Header Fields Too Large", f"Server: {_SERVER}",
+            "Content-Type: application/json", f"Date: {_http_date()}", f"X-Svc-Request-Id: {rid}",
+            f"X-Request-Id: {rid}", *(f"{k}: {v}" for k, v in err.headers().items()),
+            "Connection: close", f"Content-Length: {len(body)}"]
+    return ("\r\n".join(head) + "\r\n\r\n").encode("latin1") + body
+
+
 @tornado.web.stream_request_body
 class BaseHandler(tornado.web.RequestHandler):
     """Dependencies arrive through ``initialize(ctx=...)`` from the route table, never globals.
@@ -78,7 +90,7 @@ class BaseHandler(tornado.web.RequestHandler):
                 raise GatewayError("invalid_request", "Content-Length is malformed.")
             if int(length) > limit:
                 raise GatewayError("request_too_large")
-        if self.needs_key:
+        if self.needs_key and self._serves(self.request.method):  # (else Tornado's 405 follows)
             self.key, self.account = await self.ctx.auth.authenticate(self.request.headers,
                                                                       self.request.remote_ip)
         # No per-request max_body_size: Tornado would refuse the chunk that crosses it with a
@@ -86,6 +98,11 @@ class BaseHandler(tornado.web.RequestHandler):
         ready = getattr(self.request.connection, "ready_for_body", None)
         if ready is not None:  # upgate/http1.py: the body now, not two loop turns later
             ready()
+
+    @classmethod
+    def _serves(cls, method: str) -> bool:
+        name = method.lower()
+        return getattr(cls, name, None) is not getattr(tornado.web.RequestHandler, name, None)
 
     def data_received(self, chunk: bytes) -> None:
         if self._body is None:
