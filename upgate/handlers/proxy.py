@@ -22,6 +22,7 @@ from upgate.catalog import check_allowed
 from upgate.errors import GatewayError
 from upgate.handlers.base import BaseHandler
 from upgate.ledger import Rejected, SettlementNotRecorded
+from upgate.refusals import LARGE_BODY
 from upgate.requests import parse_json, validate, wants_web_search
 from upgate.upstream import sse
 from upgate.upstream.client import UpstreamCut, UpstreamTimeout, UpstreamUnreachable
@@ -87,7 +88,8 @@ class ProxyHandler(BaseHandler):
         except Rejected as e:
             self.set_rate(e.rate)
             raise
-        await ctx.refusals.check_balance(ctx.redis, key.account_id, len(raw))
+        if len(raw) > LARGE_BODY:
+            await ctx.refusals.check_balance(ctx.redis, key.account_id, len(raw))
         try:
             req = validate(parse_json(raw, shape_checked=True), self.ROUTE)
             self._body = []
