@@ -89,15 +89,9 @@ async def metrics_allowed(ctx, headers) -> bool:
 
 
 async def _admin_token(ctx, token: str) -> bool:
-    """An admin token (upgate/admin_tokens.py), read-only ones included."""
-    try:
-        from upgate import admin_tokens
-    except ImportError:  # the management API is not in this build
+    """An admin token (upgate/admin_tokens.py, read-only ones included), through the node's
+    management-API cache (`ctx.admin`, present once the management API is built in)."""
+    admin = getattr(ctx, "admin", None)
+    if admin is None:
         return False
-    client = getattr(ctx, "admin_redis", None)
-    executor = getattr(ctx, "admin_executor", None)
-    if client is None or not token.startswith("upa_"):
-        return False
-    found = await asyncio.get_running_loop().run_in_executor(
-        executor, admin_tokens.verify, client, ctx.settings.key_pepper, token)
-    return found is not None
+    return await admin.verify(token) is not None
