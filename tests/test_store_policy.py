@@ -110,3 +110,17 @@ def test_a_node_reports_an_evicting_redis_it_reaches_later(lru, mock, monkeypatc
     finally:
         node.close()
         redis.Redis(port=lru.port).flushall()
+
+
+def test_a_store_that_hides_its_policy_is_warned_about_not_refused(redis_server):
+    """An ACL that allows neither CONFIG nor INFO: the policy cannot be read. Refusing would make
+    such a deployment unusable, so upgate warns and goes on."""
+    admin = redis.Redis(port=redis_server.port)
+    admin.acl_setuser("limited", enabled=True, passwords=["+pw"], keys=["*"], channels=["*"],
+                      commands=["+@all", "-config", "-info"])
+    try:
+        url = f"redis://limited:pw@127.0.0.1:{redis_server.port}/0"
+        warnings = store_policy.check(store.connect_sync(url), url, env={})
+        assert any("could not read" in w for w in warnings)
+    finally:
+        admin.acl_deluser("limited")

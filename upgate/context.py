@@ -153,6 +153,8 @@ class Context:
         except store_policy.EvictingStore as e:
             self.store_refusal = str(e)
             log.error("%s", e)
+        except STORE_ERRORS as e:  # unreachable again: the next subscription checks again
+            log.warning("store policy not checked (%s)", type(e).__name__)
         for w in self.store_warnings:
             log.warning("%s", w)
 

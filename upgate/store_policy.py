@@ -71,7 +71,13 @@ def check(client, url: str, env=None) -> list[str]:
         return []
     warnings = []
     for node in _nodes(client):
-        policy = eviction_policy(node)
+        try:
+            policy = eviction_policy(node)
+            p = persistence(node)
+        except rexc.ResponseError as e:  # an ACL that allows neither CONFIG nor INFO
+            warnings.append(f"could not read Redis's maxmemory-policy ({e}): make sure it is noeviction "
+                            f"and that AOF is on (docs/redis.md)")
+            continue
         if policy != "noeviction":
             if env.get(ALLOW_ENV) == "1":
                 warnings.append(f"Redis maxmemory-policy is {policy} (allowed by {ALLOW_ENV}=1, tests only)")
@@ -80,7 +86,6 @@ def check(client, url: str, env=None) -> list[str]:
                     f"Redis maxmemory-policy is {policy}: it may evict wallets and holds (money) when "
                     f"memory runs short. Set it to noeviction (CONFIG SET maxmemory-policy noeviction, "
                     f"and in redis.conf or your provider's settings); see docs/redis.md")
-        p = persistence(node)
         if not p["aof"] and p["rdb"] is False:
             warnings.append("Redis has neither AOF nor RDB persistence: a restart loses every wallet "
                             "(appendonly yes, appendfsync everysec; see docs/redis.md)")
