@@ -86,6 +86,24 @@ def test_bodies_of_tiny_arrays_do_not_stall_other_streams(node, redis_url):
     assert gap < GAP_LIMIT_S, f"a stream stalled {gap * 1000:.0f} ms"
 
 
+def test_the_worst_body_within_the_limits_does_not_stall_other_streams(node, redis_url):
+    """A funded key's 19 MB body just inside every limit (nearly 400,000 values, 99,000 of them
+    objects, the rest one long string) is parsed: that parse is all it may cost the others."""
+    streamer, _, _ = seed(redis_url, balance="1000000")
+    funded, _, _ = seed(redis_url, balance="1000000", phone="09120000002", rpm=600)
+    values = b'{"a":1},' * 99_000 + b'"x",' * 190_000
+    body = (b'{"model":"nope/none","messages":[{"role":"user","content":"' + b"y" * (BIG - len(values) - 200)
+            + b'"}],"x":[' + values + b'1]}')
+    codes: list[int] = []
+
+    def attack() -> None:
+        for _ in range(3):
+            codes.append(post_raw(node, body, funded))
+    gap = stream_gap(node, streamer, attack)
+    assert codes == [404] * 3, codes  # parsed, and refused for its model: nothing admitted
+    assert gap < GAP_LIMIT_S, f"a stream stalled {gap * 1000:.0f} ms"
+
+
 def test_a_body_deeper_than_the_limit_is_400_before_anything_is_counted(node, redis_url):
     """Depths between 256 and 1024 parsed, got a hold, and failed with a 500 on the way out."""
     key, account, key_id = seed(redis_url, balance="1000000")
