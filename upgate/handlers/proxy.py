@@ -392,7 +392,8 @@ class ProxyHandler(BaseHandler):
                     if not isinstance(obj, dict):
                         continue
                     if isinstance(obj.get("error"), dict):
-                        raise UpstreamCut(body_error_message(obj["error"], self.ctx.providers.get(model.provider), model))
+                        raise UpstreamCut(body_error_message(
+                            obj["error"], self.ctx.providers.get(model.provider), model))
                     chars += _chars_chunk(obj)
                     if not self._generated and _finishes(payload, obj):
                         self._generated = True
