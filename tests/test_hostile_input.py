@@ -192,6 +192,17 @@ def test_expect_continue_without_a_valid_key_gets_401_and_no_100(node, key):
     assert b"connection: close" in data.lower()
 
 
+def test_expect_continue_with_a_valid_key_still_gets_100_and_its_answer(node, redis_url):
+    key, _, _ = seed(redis_url, balance="100000")
+    body = orjson.dumps({"model": "mock/chat-1", "messages": HELLO})
+    sock = _connect(node)
+    sock.sendall((f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {key}\r\n"
+                  f"Expect: 100-continue\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode())
+    assert sock.recv(64).startswith(b"HTTP/1.1 100 ")
+    sock.sendall(body)
+    assert _read_until_closed(sock).startswith(b"HTTP/1.1 200 ")
+
+
 def test_a_body_sent_without_waiting_is_not_read_after_the_401(node):
     sock = _connect(node)
     sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % BIG
