@@ -55,6 +55,7 @@ class Settings:
     shutdown_grace_s: float = 25.0
     free_quota_default: int = 50
     metrics_token: str = ""
+    metrics_public: bool = False  # /metrics without a token (UPGATE_METRICS_PUBLIC=1)
     journal_path: str = "upgate-settle.journal"
     max_streams: int = 10
     cooldown_strikes: int = 3
@@ -91,6 +92,7 @@ def from_env(env: dict | None = None) -> Settings:
         shutdown_grace_s=_float(env, "UPGATE_SHUTDOWN_GRACE_S", 25.0),
         free_quota_default=_int(env, "UPGATE_FREE_QUOTA_DEFAULT", 50),
         metrics_token=env.get("UPGATE_METRICS_TOKEN", ""),
+        metrics_public=env.get("UPGATE_METRICS_PUBLIC", "") == "1",
         journal_path=env.get("UPGATE_JOURNAL") or Settings.journal_path,
         request_log_days=_positive(env, "UPGATE_REQUEST_LOG_DAYS", Settings.request_log_days),
         request_log_max=_positive(env, "UPGATE_REQUEST_LOG_MAX", Settings.request_log_max),

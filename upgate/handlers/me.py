@@ -7,10 +7,11 @@ from upgate.handlers.base import BaseHandler
 
 
 class MeHandler(BaseHandler):
+    needs_key = True
+
     async def get(self) -> None:
         ctx = self.ctx
-        key, account = await ctx.auth.authenticate(self.request.headers)
-        self.key = key  # the access log names the key (prefix) and its account
+        key = self.key  # (checked in prepare; the access log names it and its account)
         acct = key.account_id
         month = jalali.month_key(ctx.ledger.now())  # the store's clock, as admit and settle use it
         view = await accounts.key_view(ctx.redis, acct, key.key_id, month)

@@ -22,11 +22,12 @@ from upgate.catalog import check_allowed
 from upgate.errors import GatewayError
 from upgate.handlers.base import BaseHandler
 from upgate.ledger import Rejected, SettlementNotRecorded
+from upgate.refusals import LARGE_BODY
 from upgate.requests import parse_json, validate, wants_web_search
 from upgate.upstream import sse
 from upgate.upstream.client import UpstreamCut, UpstreamTimeout, UpstreamUnreachable
 from upgate.upstream.dialects import prepare_body
-from upgate.upstream.errors import map_error
+from upgate.upstream.errors import body_error_message, map_error
 
 log = logging.getLogger("upgate")
 
@@ -55,6 +56,7 @@ class ProxyHandler(BaseHandler):
     CAPABILITY = "chat"
 
     keep_body = True
+    needs_key = True
     # Per-request state. Class defaults, because on_connection_close and on_finish may run
     # for a request that prepare() refused before it got anywhere.
     _call = None
@@ -64,7 +66,6 @@ class ProxyHandler(BaseHandler):
     _sse_open = False
     _billed = True  # nothing to settle until a hold exists
     hold = None
-    key = None
     answered = None
     cost_micro = 0
     upstream_ms = 0.0  # time spent on the provider, summed over every attempt
@@ -84,10 +85,17 @@ class ProxyHandler(BaseHandler):
         if self._finished or raw is None:
             return
         ctx = self.ctx
-        key, _account = await ctx.auth.authenticate(self.request.headers)
-        self.key = key
+        key = self.key  # checked in prepare(), before the body was read
+        # a key admit refused is refused again here, before its body is parsed (refusals.py)
         try:
-            req = validate(parse_json(raw), self.ROUTE)
+            ctx.refusals.check_rate(key.key_id)
+        except Rejected as e:
+            self.set_rate(e.rate)
+            raise
+        if len(raw) > LARGE_BODY:
+            await ctx.refusals.check_balance(ctx.redis, key.account_id, len(raw))
+        try:
+            req = validate(parse_json(raw, shape_checked=True), self.ROUTE)
             self._body = []
             models = [ctx.catalog.resolve(m) for m in req.model_ids]
             for m in models:
@@ -116,6 +124,7 @@ class ProxyHandler(BaseHandler):
         except Rejected as e:
             if e.rate is not None:
                 self.set_rate(e.rate)
+            ctx.refusals.note(key.key_id, key.account_id, e)
             raise
         self.set_rate(self.hold.rate)
         self._billed = False
@@ -235,7 +244,7 @@ class ProxyHandler(BaseHandler):
                 except (UpstreamCut, UpstreamTimeout):
                     raw = b""
                 self._attempt_over()
-                status, code, message = map_error(call.status, raw, provider, model.free)
+                status, code, message = map_error(call.status, raw, provider, model.free, model)
                 raise _Failed(GatewayError(code, message, status=status), strike=code in _RATE_CODES)
             self.answered = model
             self.ttfb_ms = round((time.monotonic() - self.started) * 1000)
@@ -274,7 +283,8 @@ class ProxyHandler(BaseHandler):
         except ValueError:  # orjson.JSONDecodeError included
             raise _Failed(GatewayError("upstream_error", "The provider returned a malformed response.")) from None
         if isinstance(obj.get("error"), dict):  # some providers answer 200 with an error body
-            raise _Failed(GatewayError("upstream_error", _error_message(obj["error"])))
+            raise _Failed(GatewayError("upstream_error", body_error_message(
+                obj["error"], self.ctx.providers.get(model.provider), model)))
         usage = obj.get("usage") if isinstance(obj.get("usage"), dict) else {}
         prompt = _int(usage.get("prompt_tokens"), sizing.prompt_tokens(body))
         completion = _int(usage.get("completion_tokens"), _tokens(_chars_json(obj)))
@@ -390,7 +400,8 @@ class ProxyHandler(BaseHandler):
                     if not isinstance(obj, dict):
                         continue
                     if isinstance(obj.get("error"), dict):
-                        raise UpstreamCut(_error_message(obj["error"]))
+                        raise UpstreamCut(body_error_message(
+                            obj["error"], self.ctx.providers.get(model.provider), model))
                     chars += _chars_chunk(obj)
                     if not self._generated and _finishes(payload, obj):
                         self._generated = True
@@ -696,11 +707,6 @@ def _content_event(payload: bytes) -> dict | None:
     if obj is None or isinstance(obj.get("usage"), dict) or isinstance(obj.get("error"), dict):
         return None
     return obj
-
-
-def _error_message(err: dict) -> str:
-    msg = err.get("message")
-    return msg if isinstance(msg, str) else "The provider returned an error."
 
 
 def _list(value) -> list:
