@@ -190,7 +190,8 @@ class Ledger:
         t = keyspace.tag(account_id)
         keys = (t + ":wallet", keyspace.key_record(account_id, key_id), keyspace.rpm(account_id, key_id),
                 keyspace.streams(account_id), keyspace.holds(account_id), keyspace.hold(account_id, hold_id),
-                keyspace.free(account_id, day), keyspace.reap_index(account_id, self.sharded))
+                keyspace.free(account_id, day), keyspace.reap_index(account_id, self.sharded),
+                *keyspace.outbox_keys(account_id, self.sharded))
         args = (hold_id, hold_micro, 1 if stream else 0, 1 if free else 0, month, day, self.lease_ms,
                 self.settings.max_streams, self.settings.free_quota_default, FREE_TTL_MS, account_id,
                 key_id, now_ms or 0, request_id or "", model)
@@ -313,7 +314,7 @@ class Ledger:
 
     def _settle_call(self, account_id, hold_id, model, cost_micro, prompt_tokens, completion_tokens,
                      cached_tokens=0, rec=None):
-        return (self._settle, self._finish_keys(account_id, hold_id),
+        return (self._settle, (*self._finish_keys(account_id, hold_id), *keyspace.outbox_keys(account_id, self.sharded)),
                 (hold_id, cost_micro, prompt_tokens, completion_tokens, model,
                  keyspace.key_record(account_id, ""), keyspace.usage(account_id, ""), USAGE_TTL_MS,
                  cached_tokens, *(rec or self._record_args(account_id, None))))

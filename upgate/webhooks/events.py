@@ -46,6 +46,10 @@ def body(doc: bytes) -> bytes:
     d = orjson.loads(doc)
     data = d.get("data") or {}
     fields = DATA_FIELDS.get(d["type"], tuple(data))
+    if "transaction_record" in data:  # credit.lua hands the transaction log's record over as it is
+        from upgate.transactions import decode, public
+
+        data["transaction"] = public(decode(data["account_id"], data.pop("transaction_record")))
     out = _ordered(data, fields)
     if isinstance(out.get("transaction"), dict):
         out["transaction"] = _ordered(out["transaction"], TRANSACTION_FIELDS)
