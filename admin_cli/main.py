@@ -82,7 +82,7 @@ def cli(ctx: click.Context, as_json: bool) -> None:
 def _register() -> None:
     import importlib
 
-    for name in ("account", "key", "models", "usage"):
+    for name in ("account", "key", "models", "usage", "admin_token"):
         try:
             mod = importlib.import_module(f"admin_cli.{name}")
         except ModuleNotFoundError as e:  # a noun not built yet
@@ -93,6 +93,48 @@ def _register() -> None:
 
 
 _register()
+
+
+# ---- the admin log: every command that changes something is recorded, actor "cli" -------------
+
+READS = {"list", "show", "log", "transactions", "statement", "requests", "usage", "audit", "test"}
+
+
+def _recorded(path: str, command: click.Command) -> None:
+    """Wrap a write command's callback so a success is recorded in the admin log with its
+    positional arguments (ids, amounts, names: never a secret; options stay out)."""
+    inner = command.callback
+    arguments = [p.name for p in command.params if isinstance(p, click.Argument)]
+
+    def callback(**params):
+        rv = inner(**params)
+        if params.get("dry_run"):
+            return rv
+        from upgate import admin_log
+
+        values = [params.get(a) for a in arguments]
+        try:
+            admin_log.record(redis_client(), "cli", path, str(values[0]) if values else None,
+                             dict(zip(arguments[1:], values[1:])))
+        except (redis.RedisError, RedisClusterException) as e:
+            from admin_cli.output import warn
+
+            warn(f"done, but not recorded in the admin log: {store_error(e)}")
+        return rv
+
+    command.callback = callback
+
+
+def _record_writes(group: click.Group, prefix: str = "") -> None:
+    for name, command in group.commands.items():
+        path = f"{prefix}{name}"
+        if isinstance(command, click.Group):
+            _record_writes(command, path + " ")
+        elif name not in READS and command.callback is not None:
+            _recorded(path, command)
+
+
+_record_writes(cli)
 
 
 def main() -> None:
