@@ -53,6 +53,7 @@ class Settings:
     cooldown_strikes: int = 3
     keepalive_s: float = 15.0
     max_body_bytes: int = 20 * 1024 * 1024
+    trusted_proxies: str = ""  # admin throttle: peers whose X-Forwarded-For is believed (docs/admin-api.md)
     extra: dict = field(default_factory=dict)
 
     @property
@@ -83,4 +84,19 @@ def from_env(env: dict | None = None) -> Settings:
         free_quota_default=_int(env, "UPGATE_FREE_QUOTA_DEFAULT", 50),
         metrics_token=env.get("UPGATE_METRICS_TOKEN", ""),
         journal_path=env.get("UPGATE_JOURNAL") or Settings.journal_path,
+        trusted_proxies=_proxies(env.get("UPGATE_TRUSTED_PROXIES", "")),
     )
+
+
+def _proxies(raw: str) -> str:
+    """`*` or comma-separated addresses/CIDRs; refused at start-up when one is malformed."""
+    import ipaddress
+
+    if raw.strip() != "*":
+        for part in raw.split(","):
+            try:
+                if part.strip():
+                    ipaddress.ip_network(part.strip(), strict=False)
+            except ValueError:
+                raise SettingsError(f"UPGATE_TRUSTED_PROXIES: {part.strip()!r} is not an address or CIDR") from None
+    return raw.strip()
