@@ -4,7 +4,7 @@ the monthly statement (JSON or CSV), request records. The rules are the money se
 from __future__ import annotations
 
 from upgate.errors import GatewayError
-from upgate.handlers.admin.base import AdminHandler
+from upgate.handlers.admin.base import AdminHandler, field
 from upgate.handlers.admin.spec import AMOUNT_IN, JMONTH, Op, data_of, obj, ref
 
 _RESULT = ref("TransactionResult")
@@ -61,8 +61,9 @@ class _Credit(AdminHandler):
                                    param="ref")
             ref_ = header
             self.log_detail = dict(self.log_detail or {}, ref=header)
-        result = await self.call(_credit, self.KIND, account_id, amount, ref=ref_,
-                                 note=self.text(body, "note"), actor=self.actor)
+        with field("amount_toman"):  # what the service blames on no field of its own is the amount
+            result = await self.call(_credit, self.KIND, account_id, amount, ref=ref_,
+                                     note=self.text(body, "note"), actor=self.actor)
         self.write_json(result, 200 if result.get("replayed") else 201)
 
 
