@@ -51,7 +51,7 @@ class AccountsHandler(_Base):
 
     async def post(self) -> None:
         body = self.json_body(("phone", "balance_toman"), required=("phone",))
-        with field("phone"):
+        with field("phone", parsing=True):
             phone = accounts.check_phone(body["phone"])
         balance = self.amount(body, "balance_toman") or 0
         self.write_json(await self.call(_create, phone, balance, self.quota), 201)

@@ -19,7 +19,7 @@ from upgate.handlers.admin.spec import READ_VERBS, Op
 from upgate.handlers.base import BaseHandler
 
 
-def service_error(e: ValueError, param: str | None = None) -> GatewayError:
+def service_error(e: ValueError, param: str | None = None, force: bool = False) -> GatewayError:
     """The one place a service refusal becomes an API error. Unknown account/key/request
     (a class named Unknown…) → 404; `IdempotencyConflict` → 409; any other → 400 naming the
     field the service (or the handler's `field` context) blamed."""
@@ -29,20 +29,22 @@ def service_error(e: ValueError, param: str | None = None) -> GatewayError:
         return GatewayError("not_found", message)
     if "IdempotencyConflict" in names:
         return GatewayError("idempotency_conflict", message, param=getattr(e, "field", None) or "ref")
-    return GatewayError("invalid_request", message, param=getattr(e, "field", None) or param)
+    blamed = param if force else getattr(e, "field", None) or param
+    return GatewayError("invalid_request", message, param=blamed)
 
 
 @contextmanager
-def field(name: str):
-    """Blame `name` for a ValueError raised inside that names no field itself."""
+def field(name: str, *, parsing: bool = False):
+    """Blame `name` for a ValueError raised inside that names no field itself — or, when
+    `parsing` one body field, whatever field the shared rule's error names (a rule such as
+    `parse_amount` serves balance_toman and low_balance_toman alike)."""
     try:
         yield
+    except GatewayError:
+        raise
     except ValueError as e:
-        if getattr(e, "field", None) is None:
-            try:
-                e.field = name
-            except AttributeError:  # an exception type that refuses attributes
-                raise service_error(e, name) from None
+        if parsing or getattr(e, "field", None) is None:
+            raise service_error(e, name, force=parsing) from None
         raise
 
 
@@ -137,7 +139,7 @@ class AdminHandler(BaseHandler):
         if not isinstance(value, str):
             raise GatewayError("invalid_request", f"{name} must be a decimal string like \"1500.00\", "
                                "never a JSON number.", param=name)
-        with field(name):
+        with field(name, parsing=True):
             return accounts.parse_amount(value, allow_negative=allow_negative, what=name)
 
     def int_query(self, name: str, default: int, low: int, high: int) -> int:

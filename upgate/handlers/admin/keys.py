@@ -43,20 +43,20 @@ class _Base(AdminHandler):
         null → None, which clears; a null rpm goes back to the default)."""
         out: dict = {}
         if "name" in body:
-            with field("name"):
+            with field("name", parsing=True):
                 out["name"] = keys.check_name(body["name"])
         if "monthly_limit_toman" in body:
             out["monthly_limit_micro"] = self.amount(body, "monthly_limit_toman")
         if "allowed_models" in body:
-            with field("allowed_models"):
+            with field("allowed_models", parsing=True):
                 models = body["allowed_models"]
                 out["allowed_models"] = None if models is None else keys.check_models(models)
         if "rate_limit_rpm" in body:
-            with field("rate_limit_rpm"):
+            with field("rate_limit_rpm", parsing=True):
                 rpm = body["rate_limit_rpm"]
                 out["rpm"] = keys.RPM_DEFAULT if rpm is None else keys.check_rpm(rpm)
         if "expires_at" in body:
-            with field("expires_at"):
+            with field("expires_at", parsing=True):
                 when = body["expires_at"]
                 if when is not None and not isinstance(when, str):
                     raise keys.InvalidKeySetting("expires_at must be an ISO 8601 date or time")
