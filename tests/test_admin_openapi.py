@@ -64,11 +64,13 @@ def test_schema_driven_fuzz_finds_no_server_error(node, redis_url):
     started, failures, calls = time.monotonic(), [], 0
     import importlib.util
 
-    pending = importlib.util.find_spec("upgate.records") is None  # TEMPORARY: money branch not merged
+    # TEMPORARY, until the money branch is on main: its routes answer 500 without its services
+    pending = [w for m, words in (("upgate.transactions", ("topups", "adjustments", "transactions", "statement")),
+                                  ("upgate.records", ("requests",)))
+               if importlib.util.find_spec(m) is None for w in words]
     for result in schema.get_all_operations():
         operation = result.ok()
-        if pending and any(w in operation.label for w in ("topups", "adjustments", "transactions",
-                                                          "statement", "requests")):
+        if any(w in operation.label for w in pending):
             continue
 
         @settings(max_examples=15, derandomize=True, deadline=None, database=None,
