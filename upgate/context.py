@@ -123,10 +123,13 @@ class Context:
         self.admin.on_event(msg)
 
     async def _resync(self) -> None:
-        """After a (re)subscription anything may have been missed: drop and reload it all."""
+        """After a (re)subscription anything may have been missed: drop and reload it all. The
+        catalog only when its version moved: start() has just read it (and logged it in force)."""
         self.auth.flush()
         self.admin.flush()
-        await self.catalog.reload()
+        remote = await self.redis.hget(keyspace.CATALOG_META, "version")
+        if remote is None or store.text(remote) != self.catalog.version:
+            await self.catalog.reload()
         await self.ledger.reload_cooldowns()
 
     async def _subscribe(self) -> None:
