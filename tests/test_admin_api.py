@@ -293,3 +293,32 @@ def test_every_write_is_in_the_audit_log_without_secrets(api, redis_url):
     assert made["key"] not in text and api.token not in text
     assert api.get("/audit-log", params={"limit": 1}).json()["data"] == log[:1]
     assert_error(api.get("/audit-log", params={"limit": "0"}), 400, "invalid_request", "limit")
+
+
+def test_the_client_path_does_no_admin_work(api, node, redis_url):
+    """/v1 requests never reach the admin block: its rules come after every /v1 rule, and a node
+    that served only clients has not even made the admin pool or client."""
+    from upgate.app import make_app
+
+    patterns = [r.matcher.regex.pattern for r in make_app(node.ctx).wildcard_router.rules]
+    first_admin = min(i for i, p in enumerate(patterns) if p.startswith("/admin/"))
+    assert all(not p.startswith("/admin/") for p in patterns[:first_admin])
+    assert all(p.startswith("/admin/") for p in patterns[first_admin:])
+    assert max(i for i, p in enumerate(patterns) if p.startswith("/v1")) < first_admin
+
+    from tests.gateway import seed
+
+    key, _acct, _kid = seed(redis_url)
+    fresh_node_admin = node.ctx.admin
+    fresh_node_admin.close()
+    fresh_node_admin._client = None
+    assert chat(node, key).status_code == 200
+    assert fresh_node_admin._executor is None and fresh_node_admin._client is None
+
+
+def test_last_use_is_recorded(api, redis_url):
+    from upgate import admin_tokens, store
+
+    assert api.get("/accounts").status_code == 200
+    (tok,) = admin_tokens.list_tokens(store.connect_sync(redis_url))
+    assert tok["name"] == "ops" and tok["last_used_at"] is not None

@@ -9,6 +9,7 @@ a write is recorded; a service refusal (a ValueError) becomes 400/404/409 here a
 from __future__ import annotations
 
 import functools
+import logging
 from contextlib import contextmanager
 
 import orjson
@@ -17,6 +18,8 @@ from upgate import accounts, admin_log
 from upgate.errors import GatewayError
 from upgate.handlers.admin.spec import READ_VERBS, Op
 from upgate.handlers.base import BaseHandler
+
+log = logging.getLogger("upgate")
 
 
 def service_error(e: ValueError, param: str | None = None, force: bool = False) -> GatewayError:
@@ -152,5 +155,10 @@ class AdminHandler(BaseHandler):
         return int(raw)
 
     async def record(self, args) -> None:
+        """After the answer went out: a failure here is logged, the write itself stands."""
         action = f"{self.request.method} {self.PATH}"
-        await self.call(admin_log.record, self.actor, action, args[0] if args else None, self.log_detail)
+        try:
+            await self.call(admin_log.record, self.actor, action, args[0] if args else None, self.log_detail)
+        except Exception as e:  # the store went away between the write and its log entry
+            log.warning("admin write by %s not recorded in the admin log: %s %s (%s)", self.actor,
+                        action, args[0] if args else "", type(e).__name__)
