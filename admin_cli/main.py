@@ -114,11 +114,25 @@ _register()
 READS = {"list", "show", "log", "transactions", "statement", "requests", "usage", "audit", "test"}
 
 
+def _plain(value):
+    """A parameter as the log keeps it: a URL loses its query and credentials (a source may
+    carry a token in either)."""
+    text = str(value)
+    if "://" in text:
+        from urllib.parse import urlsplit
+
+        u = urlsplit(text)
+        return f"{u.scheme}://{u.hostname or ''}{u.path}"
+    return text
+
+
 def _recorded(path: str, command: click.Command) -> None:
-    """Wrap a write command's callback so a success is recorded in the admin log with its
-    positional arguments (ids, amounts, names: never a secret; options stay out)."""
+    """Wrap a write command's callback so a success is recorded in the admin log: the first
+    argument as target, the other arguments and the options given as detail (ids, amounts,
+    refs, notes, settings: nothing a command takes is a secret)."""
     inner = command.callback
-    arguments = [p.name for p in command.params if isinstance(p, click.Argument)]
+    names = [p.name for p in command.params if p.name != "as_json"]
+    first = next((p.name for p in command.params if isinstance(p, click.Argument)), None)
 
     def callback(**params):
         rv = inner(**params)
@@ -126,10 +140,11 @@ def _recorded(path: str, command: click.Command) -> None:
             return rv
         from upgate import admin_log
 
-        values = [params.get(a) for a in arguments]
+        detail = {n: _plain(params[n]) for n in names
+                  if n != first and params.get(n) not in (None, False, ())}
+        target = _plain(params[first]) if first else None
         try:
-            admin_log.record(redis_client(), "cli", path, str(values[0]) if values else None,
-                             dict(zip(arguments[1:], values[1:])))
+            admin_log.record(redis_client(), "cli", path, target, detail)
         except (redis.RedisError, RedisClusterException) as e:
             from admin_cli.output import warn
 

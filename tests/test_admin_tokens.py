@@ -86,6 +86,7 @@ def test_cli_create_list_revoke_log(run):
     res = run("admin-token", "create", "bad name", ok=False)
     assert res.exit_code == 1 and res.stderr.count("\n") == 1
     entries = run("admin-token", "log")["entries"]
+    assert entries[1]["detail"] == {"read_only": "True"}
     assert [(e["actor"], e["action"], e["target"]) for e in entries] == [
         ("cli", "admin-token revoke", "support"), ("cli", "admin-token create", "support")]
     assert made["token"] not in json.dumps(entries)
@@ -100,6 +101,7 @@ def test_cli_writes_are_logged_and_reads_are_not(run):
     log = run("admin-token", "log", "--limit", "10")["entries"]
     assert [e["action"] for e in log] == ["key create", "account topup", "account create"]
     assert log[1]["target"] == acct and log[1]["detail"] == {"amount": "5"}
+    assert log[0]["detail"] == {"name": "k"} and log[2]["detail"] == {"phone": "09120000000", "balance": "10"}
     assert key["key"] not in json.dumps(log)
 
 

@@ -54,7 +54,9 @@ class AccountsHandler(_Base):
         with field("phone", parsing=True):
             phone = accounts.check_phone(body["phone"])
         balance = self.amount(body, "balance_toman") or 0
-        self.write_json(await self.call(_create, phone, balance, self.quota), 201)
+        made = await self.call(_create, phone, balance, self.quota)
+        self.log_target = made["id"]
+        self.write_json(made, 201)
 
     async def get(self) -> None:
         limit = self.int_query("limit", 50, 1, accounts.PAGE_MAX)

@@ -75,6 +75,7 @@ class AdminHandler(BaseHandler):
     OPS: dict[str, Op] = {}
     token = None  # the AdminToken once authorized
     log_detail: dict | None = None  # what the admin log keeps of this write (set by the verb)
+    log_target: str | None = None  # the id acted on, when the path does not carry it (a new account)
 
     def __init_subclass__(cls, **kw):
         super().__init_subclass__(**kw)
@@ -157,8 +158,9 @@ class AdminHandler(BaseHandler):
     async def record(self, args) -> None:
         """After the answer went out: a failure here is logged, the write itself stands."""
         action = f"{self.request.method} {self.PATH}"
+        target = self.log_target or (args[0] if args else None)
         try:
-            await self.call(admin_log.record, self.actor, action, args[0] if args else None, self.log_detail)
+            await self.call(admin_log.record, self.actor, action, target, self.log_detail)
         except Exception as e:  # the store went away between the write and its log entry
             log.warning("admin write by %s not recorded in the admin log: %s %s (%s)", self.actor,
                         action, args[0] if args else "", type(e).__name__)
