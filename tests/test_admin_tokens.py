@@ -112,3 +112,21 @@ def test_log_is_bounded(client, monkeypatch):
     assert [e["target"] for e in admin_log.read(client, 5)] == ["7", "6", "5", "4", "3"]
     with pytest.raises(admin_log.InvalidLimit):
         admin_log.read(client, 0)
+
+
+@pytest.mark.cluster
+def test_tokens_log_and_pages_on_a_cluster(cluster_url):
+    from upgate import accounts
+
+    client = store.connect_sync(cluster_url)
+    token = admin_tokens.create(client, PEPPER, "ops")["token"]
+    assert admin_tokens.verify(client, PEPPER, token).name == "ops"
+    assert [t["name"] for t in admin_tokens.list_tokens(client)] == ["ops"]
+    admin_tokens.revoke(client, "ops")
+    assert admin_tokens.verify(client, PEPPER, token) is None
+    admin_log.record(client, "cli", "x", "1")
+    assert admin_log.read(client, 1)[0]["target"] == "1"
+    ids = sorted(accounts.create_account(client, "09120000000") for _ in range(3))
+    first, cursor = accounts.page(client, limit=2)
+    rest, end = accounts.page(client, limit=2, cursor=cursor)
+    assert [v["account_id"] for v in first + rest] == ids and end is None
