@@ -1,25 +1,26 @@
 """/admin/v1/models: the catalog in force (hidden models too) and its replacement from TOML.
 
-Every call into the catalog's store lives in the two functions below, so the split of
-upgate/catalog.py (rules) from its store keeps this file's change to them."""
+Every call into the catalog (rules: upgate/catalog.py; store: upgate/catalog_store.py) lives
+in the two functions below."""
 from __future__ import annotations
 
-from upgate import catalog, jalali
+from upgate import catalog, catalog_store, jalali
 from upgate.errors import GatewayError
 from upgate.handlers.admin.base import AdminHandler
 from upgate.handlers.admin.spec import TIME, Op, nullable, obj, ref
 
 
 def _read(client) -> dict:
-    version, updated, items = catalog.read(client)
+    version, updated, items = catalog_store.read(client)
     created = int(updated or 0)
     return {"data": [catalog.admin_record(m, created) for m in items], "version": version,
-            "prices_updated_at": jalali.utc_iso(updated) if updated else None}
+            "prices_updated_at": jalali.utc_iso(updated) if updated else None,
+            "price_syncs": catalog_store.read_syncs(client)}
 
 
 def _replace(client, text: str, provider_names: set[str]) -> dict:
     items = catalog.parse(text, provider_names)  # the whole file checked first: refused whole
-    version, updated = catalog.replace(client, items)
+    version, updated = catalog_store.replace(client, items)
     return {"version": version, "prices_updated_at": jalali.utc_iso(updated), "models": len(items)}
 
 
@@ -28,7 +29,8 @@ class ModelsHandler(AdminHandler):
     OPS = {
         "get": Op("The catalog in force, hidden models included, with toman prices.",
                   obj({"data": {"type": "array", "items": ref("Model")},
-                       "version": nullable({"type": "string"}), "prices_updated_at": nullable(TIME)})),
+                       "version": nullable({"type": "string"}), "prices_updated_at": nullable(TIME),
+                       "price_syncs": {"type": "object"}})),
         "put": Op("Replace the catalog with a TOML document (the `models load` format). Checked "
                   "whole first: one bad entry refuses it all and the catalog in force stays.",
                   obj({"version": {"type": "string"}, "prices_updated_at": TIME, "models": {"type": "integer"}}),
