@@ -64,7 +64,7 @@ def _authorized(verb: str, fn):
         except ValueError as e:
             raise service_error(e) from None
         if op.auth and verb not in READ_VERBS and self.get_status() < 300:
-            await self.record(args)
+            await self.log_write(args)
     run.admin_wrapped = True
     return run
 
@@ -155,7 +155,7 @@ class AdminHandler(BaseHandler):
                                param=name)
         return int(raw)
 
-    async def record(self, args) -> None:
+    async def log_write(self, args) -> None:
         """After the answer went out: a failure here is logged, the write itself stands."""
         action = f"{self.request.method} {self.PATH}"
         target = self.log_target or (args[0] if args else None)
