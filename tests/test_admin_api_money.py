@@ -12,7 +12,6 @@ import pytest
 
 from tests.admin_kit import Admin, assert_error, make_token
 
-pytest.importorskip("upgate.transactions")  # the money-of-record services (money branch)
 
 HELLO = [{"role": "user", "content": "Hello there, gateway!"}]
 
@@ -104,7 +103,6 @@ def test_transactions_and_statement_json_and_csv(api):
 
 
 def test_request_records(api, node):
-    pytest.importorskip("upgate.records")
     acct = api.account()["id"]
     key = api.post(f"/accounts/{acct}/keys", json={}).json()
     resp = httpx.post(node.base + "/chat/completions", headers={"Authorization": f"Bearer {key['key']}"},

@@ -11,8 +11,8 @@ def _account(client, account_id: str, default_quota: int) -> dict:
     return accounts.account_object(accounts.show(client, account_id), default_quota)
 
 
-def _create(client, phone: str, balance_micro: int, default_quota: int) -> dict:
-    return _account(client, accounts.create_account(client, phone, balance_micro), default_quota)
+def _create(client, phone: str, balance_micro: int, default_quota: int, actor: str) -> dict:
+    return _account(client, accounts.create_account(client, phone, balance_micro, actor=actor), default_quota)
 
 
 def _page(client, default_quota: int, **kw) -> dict:
@@ -54,7 +54,7 @@ class AccountsHandler(_Base):
         with field("phone", parsing=True):
             phone = accounts.check_phone(body["phone"])
         balance = self.amount(body, "balance_toman") or 0
-        made = await self.call(_create, phone, balance, self.quota)
+        made = await self.call(_create, phone, balance, self.quota, self.actor)
         self.log_target = made["id"]
         self.write_json(made, 201)
 

@@ -3,6 +3,7 @@ the monthly statement (JSON or CSV), request records. The rules are the money se
 (upgate/transactions.py, statements.py, records.py); this file parses and renders."""
 from __future__ import annotations
 
+from upgate import records, statements, transactions
 from upgate.errors import GatewayError
 from upgate.handlers.admin.base import AdminHandler, field
 from upgate.handlers.admin.spec import AMOUNT_IN, JMONTH, Op, data_of, obj, ref
@@ -12,33 +13,23 @@ _REF = {"type": "string", "maxLength": 128}
 
 
 def _credit(client, kind: str, account_id: str, amount: str, **kw) -> dict:
-    from upgate import transactions
-
     return (transactions.topup if kind == "topup" else transactions.adjust)(client, account_id, amount, **kw)
 
 
 def _transactions(client, account_id: str, month: str | None) -> dict:
-    from upgate import transactions
-
     return {"data": transactions.list_transactions(client, account_id, month=month)}
 
 
 def _statement(client, account_id: str, month: str | None, csv: bool):
-    from upgate import statements
-
     st = statements.statement(client, account_id, month=month)
     return statements.to_csv(st) if csv else st
 
 
 def _requests(client, account_id: str, limit: int) -> dict:
-    from upgate import records
-
     return {"data": records.list_requests(client, account_id, limit=limit)}
 
 
 def _request(client, request_id: str):
-    from upgate import records
-
     return records.find(client, request_id)
 
 
@@ -61,9 +52,12 @@ class _Credit(AdminHandler):
                                    param="ref")
             ref_ = header
             self.log_detail = dict(self.log_detail or {}, ref=header)
-        with field("amount_toman"):  # what the service blames on no field of its own is the amount
-            result = await self.call(_credit, self.KIND, account_id, amount, ref=ref_,
-                                     note=self.text(body, "note"), actor=self.actor)
+        try:
+            with field("amount_toman"):  # what the service blames on no field of its own is the amount
+                result = await self.call(_credit, self.KIND, account_id, amount, ref=ref_,
+                                         note=self.text(body, "note"), actor=self.actor)
+        except transactions.NotDurable as e:  # applied, but no replica confirmed it: say so, 503
+            raise GatewayError("service_unavailable", str(e)) from None
         self.write_json(result, 200 if result.get("replayed") else 201)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from upgate import accounts, keyspace, money, store, usage
+from upgate import accounts, jalali, keyspace, money, store, transactions, usage
 from upgate.errors import GatewayError
 from upgate.handlers.admin.base import AdminHandler
 from upgate.handlers.admin.spec import JDAY, MONEY, Op, obj
@@ -26,12 +26,6 @@ def _usage(client, account_id: str, days: list[str], group_by: str) -> dict:
 def _topups(client, days: list[str]) -> dict[str, int]:
     """Σ top-ups (opening balances included) per day, from every account's transactions of
     the months the range touches: one call per account and month."""
-    from upgate import jalali
-
-    try:
-        from upgate import transactions
-    except ImportError:  # TEMPORARY until the money-of-record branch lands: no transaction log yet
-        return dict.fromkeys(days, 0)
     wanted, months = set(days), sorted({d[:7] for d in days})
     out = dict.fromkeys(days, 0)
     for acct in client.sscan_iter(keyspace.ACCOUNTS, count=1000):
