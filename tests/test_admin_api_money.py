@@ -62,8 +62,8 @@ def test_forty_racing_posts_with_one_key_credit_once(api):
     bodies = {r.json()["transaction"]["id"] for r in results}
     assert len(bodies) == 1
     assert api.get(f"/accounts/{acct}").json()["balance_toman"] == "250.500000"
-    kinds = [t["kind"] for t in api.get(f"/accounts/{acct}/transactions").json()["data"]]
-    assert kinds == ["topup", "opening"]
+    txns = api.get(f"/accounts/{acct}/transactions").json()["data"]
+    assert [(t["kind"], t["actor"]) for t in txns] == [("topup", "payments"), ("opening", "payments")]
 
 
 def test_adjustments_need_a_note_and_refusals_name_the_field(api):
