@@ -324,7 +324,8 @@ def test_last_use_is_recorded(api, redis_url):
     assert tok["name"] == "ops" and tok["last_used_at"] is not None
 
 
-def test_metrics_take_an_admin_token_read_only_too(node, redis_url):
+def test_metrics_take_an_admin_token_read_only_too(make_node, redis_url):
+    node = make_node(metrics_public=False)
     ro = make_token(redis_url, "grafana", read_only=True)
     assert httpx.get(node.url + "/metrics", headers={"Authorization": f"Bearer {ro}"}).status_code == 200
     assert httpx.get(node.url + "/metrics", headers={"Authorization": "Bearer upa_" + "q" * 40}).status_code == 401
