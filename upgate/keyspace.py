@@ -214,3 +214,8 @@ WEBHOOK_RETRY = "{webhooks}:retry"  # zset: stream entry id → when its next at
 WEBHOOK_ATTEMPTS = "{webhooks}:attempts"  # hash: stream entry id → JSON of its attempts so far
 WEBHOOK_FAILED = "{webhooks}:failed"  # list: deliveries given up after the retry window, newest first
 WEBHOOK_MOVE_LOCK = "{webhooks}:move_lock"  # cluster: which node scans the outbox shards this tick
+# ---- the operator side: admin tokens and the admin log (one slot, tag {admin}) ----------------
+ADMIN_TOKENS = "{admin}:tokens"  # hash: HMAC of an admin token → JSON {name, read_only, created_at}
+ADMIN_TOKEN_NAMES = "{admin}:token_names"  # hash: name → HMAC (names are unique)
+ADMIN_TOKEN_USED = "{admin}:token_used"  # hash: name → unix s of its last accepted request
+ADMIN_LOG = "{admin}:log"  # list, newest first: JSON {time, actor, action, target, detail}

@@ -70,6 +70,7 @@ class Settings:
     webhook_backoff_max_s: float = 900.0
     webhook_claim_s: float = 60.0  # an attempt pending this long on a silent node goes to another
     webhook_poll_s: float = 1.0  # how often the mover and the retry schedule are looked at
+    trusted_proxies: str = ""  # admin throttle: peers whose X-Forwarded-For is believed (docs/admin-api.md)
     request_log_days: int = 7  # request records are kept this many days …
     request_log_max: int = 10_000  # … and at most this many per account
     extra: dict = field(default_factory=dict)
@@ -127,6 +128,21 @@ def from_env(env: dict | None = None) -> Settings:
         webhook_backoff_max_s=_float(env, "UPGATE_WEBHOOK_BACKOFF_MAX_S", 900.0),
         webhook_claim_s=webhook_claim_s,
         webhook_poll_s=_float(env, "UPGATE_WEBHOOK_POLL_S", 1.0),
+        trusted_proxies=_proxies(env.get("UPGATE_TRUSTED_PROXIES", "")),
         request_log_days=_positive(env, "UPGATE_REQUEST_LOG_DAYS", Settings.request_log_days),
         request_log_max=_positive(env, "UPGATE_REQUEST_LOG_MAX", Settings.request_log_max),
     )
+
+
+def _proxies(raw: str) -> str:
+    """`*` or comma-separated addresses/CIDRs; refused at start-up when one is malformed."""
+    import ipaddress
+
+    if raw.strip() != "*":
+        for part in raw.split(","):
+            try:
+                if part.strip():
+                    ipaddress.ip_network(part.strip(), strict=False)
+            except ValueError:
+                raise SettingsError(f"UPGATE_TRUSTED_PROXIES: {part.strip()!r} is not an address or CIDR") from None
+    return raw.strip()
