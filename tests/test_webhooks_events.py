@@ -14,7 +14,7 @@ import pytest
 from tests.gateway import seed
 from tests.load_kit import wait_for
 from tests.webhook_receiver import Receiver
-from upgate import keyspace, money, store, transactions
+from upgate import accounts, keyspace, money, store, transactions
 from upgate.webhooks import events
 
 SECRET = "whsec-events-0123456789"
@@ -53,8 +53,8 @@ def chat(node, key: str) -> httpx.Response:
 
 
 def set_low_balance(client, acct: str, toman: str) -> None:
-    """The wallet's `low_balance` field (micro-toman), as `PATCH /admin/v1/accounts/{id}` writes it."""
-    client.hset(keyspace.wallet(acct), "low_balance", money.parse_toman(toman))
+    """What `PATCH /admin/v1/accounts/{id}` with low_balance_toman calls."""
+    accounts.update(client, acct, low_balance_micro=money.parse_toman(toman))
 
 
 def test_topup_and_adjustment_are_reported_once_with_the_transaction(redis_url, receiver, hooked):
@@ -138,8 +138,6 @@ def test_monthly_limit_reached_once_per_key_and_month(redis_url, receiver, hooke
 
 @pytest.mark.cluster
 def test_a_topup_on_a_cluster_files_its_event_in_the_account_slot(cluster_url):
-    from upgate import accounts
-
     client = store.connect_sync(cluster_url)
     acct = accounts.create_account(client, "09121234567", 0)
     transactions.topup(client, acct, "5", ref="c-1")
