@@ -181,6 +181,9 @@ local function low_balance_check(wallet, outbox, state, index, account_id, now_m
   local w = rcall('HMGET', wallet, 'balance', 'held', 'low_balance', 'low_fired')
   local threshold = w[3]
   if not threshold or threshold == '' then
+    if w[4] then
+      rcall('HDEL', wallet, 'low_fired') -- the alert was turned off: a new threshold starts armed
+    end
     return
   end
   local balance = tonumber(w[1]) or 0
