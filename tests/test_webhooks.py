@@ -3,7 +3,6 @@ moved into the stream, delivered signed to a real HTTP receiver on loopback, ret
 listed; `upgate-admin webhook test`. Timings are shortened through Settings."""
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import hmac
 import json

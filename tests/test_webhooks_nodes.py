@@ -4,7 +4,6 @@ never slows the /v1 hot path of a node that is delivering to it."""
 from __future__ import annotations
 
 import statistics
-import threading
 import time
 
 import httpx
