@@ -166,3 +166,10 @@ def key_owner(key_id: str) -> str:
     the account. Its own slot: written before the key goes live, never deleted (a revoked key
     id still resolves, and is refused as revoked)."""
     return "keyid:" + key_id
+
+
+# ---- the operator side: admin tokens and the admin log (one slot, tag {admin}) ----------------
+ADMIN_TOKENS = "{admin}:tokens"  # hash: HMAC of an admin token → JSON {name, read_only, created_at}
+ADMIN_TOKEN_NAMES = "{admin}:token_names"  # hash: name → HMAC (names are unique)
+ADMIN_TOKEN_USED = "{admin}:token_used"  # hash: name → unix s of its last accepted request
+ADMIN_LOG = "{admin}:log"  # list, newest first: JSON {time, actor, action, target, detail}
