@@ -121,3 +121,20 @@ def test_overview_counts_topups(api):
     api.post(f"/accounts/{acct}/topups", json={"amount_toman": "5"})
     api.post(f"/accounts/{acct}/adjustments", json={"amount_toman": "7", "note": "not a payment"})
     assert api.get("/overview").json()["totals"]["topups_toman"] == "15.000000"
+
+
+def test_overview_does_not_count_a_migrated_balance_as_a_topup(api, redis_url):
+    """An account from before transactions gets an opening equal to its balance when the audit
+    first sees it: money paid long before, not a top-up received that day."""
+    import redis
+
+    from upgate import audit, keyspace, store
+
+    acct = api.account(balance="0")["id"]
+    r = redis.Redis.from_url(redis_url)
+    r.delete(keyspace.transactions(acct))  # as the store held it before money of record
+    r.hdel(keyspace.wallet(acct), "credited", "charged")
+    r.hset(keyspace.wallet(acct), "balance", 4000 * 1_000_000)
+    assert audit.run(store.connect_sync(redis_url))["mismatches"] == []  # migrates it
+    api.post(f"/accounts/{acct}/topups", json={"amount_toman": "5"})
+    assert api.get("/overview").json()["totals"]["topups_toman"] == "5.000000"
