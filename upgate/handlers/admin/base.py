@@ -71,6 +71,7 @@ def _authorized(verb: str, fn):
 
 class AdminHandler(BaseHandler):
     keep_body = True
+    NAMES_PARAM = True
     PATH = ""
     OPS: dict[str, Op] = {}
     token = None  # the AdminToken once authorized
