@@ -42,17 +42,19 @@ def test_topup_by_idempotency_key_first_201_replays_200_conflict_409(api):
     assert api.get(f"/accounts/{acct}").json()["balance_toman"] == "1500.000000"
 
 
-def test_forty_racing_posts_with_one_key_credit_once(api):
+def test_forty_racing_posts_with_one_key_credit_once(api, make_node):
+    """Split over two nodes, so the race is between processes' pools, not one pool's threads."""
     acct = api.account(balance="0")["id"]
+    bases = [api.base, Admin(make_node(), api.token).base]
     gate, results = threading.Barrier(40), []
 
-    def post():
+    def post(base):
         with httpx.Client(timeout=30) as c:
             gate.wait()
-            results.append(c.post(f"{api.base}/accounts/{acct}/topups", json={"amount_toman": "250.5"},
+            results.append(c.post(f"{base}/accounts/{acct}/topups", json={"amount_toman": "250.5"},
                                   headers={"Authorization": f"Bearer {api.token}", "Idempotency-Key": "race"}))
 
-    threads = [threading.Thread(target=post) for _ in range(40)]
+    threads = [threading.Thread(target=post, args=(bases[i % 2],)) for i in range(40)]
     for t in threads:
         t.start()
     for t in threads:
