@@ -84,7 +84,7 @@ def create(phone: str, balance: str, as_json: bool) -> None:
       upgate-admin account create --phone 09120000000 --balance 50000 --json
       {"account_id": "2f0c…"}
     """
-    with refusals():
+    with refusals(), _durable():
         balance_micro = accounts.parse_amount(balance, what="balance")
         phone = accounts.check_phone(phone)
         acct = accounts.create_account(_client(), phone, balance_micro)

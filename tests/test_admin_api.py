@@ -13,6 +13,7 @@ from admin_cli.main import cli
 from tests.admin_kit import Admin, assert_error, make_token
 from tests.gateway import CATALOG, PEPPER
 from tests.load_kit import wait_for
+from tests.test_transactions import replicated  # noqa: F401  (a fixture: a master and its replica)
 
 HELLO = [{"role": "user", "content": "Hello there, gateway!"}]
 
@@ -329,3 +330,30 @@ def test_metrics_take_an_admin_token_read_only_too(make_node, redis_url):
     ro = make_token(redis_url, "grafana", read_only=True)
     assert httpx.get(node.url + "/metrics", headers={"Authorization": f"Bearer {ro}"}).status_code == 200
     assert httpx.get(node.url + "/metrics", headers={"Authorization": "Bearer upa_" + "q" * 40}).status_code == 401
+
+
+def test_an_account_created_that_no_replica_confirmed_is_a_503_naming_it(mock, replicated, monkeypatch):
+    """POST /admin/v1/accounts whose opening no replica confirmed: the account exists on the
+    master, so the answer must name it (not a bare 500) or the caller creates it again."""
+    import os
+    import signal
+
+    from tests.gateway import Node, load_catalog, test_settings
+    from upgate import accounts, store, transactions
+
+    master, replica = replicated
+    load_catalog(master.url)
+    node = Node(test_settings(master.url), {"mock": mock.provider()})
+    try:
+        api = Admin(node, make_token(master.url))
+        monkeypatch.setattr(transactions, "REPLICA_WAIT_MS", 300)
+        os.kill(replica.proc.pid, signal.SIGSTOP)
+        try:
+            r = api.post("/accounts", json={"phone": "09121234567", "balance_toman": "500"})
+        finally:
+            os.kill(replica.proc.pid, signal.SIGCONT)
+        [made] = accounts.list_accounts(store.connect_sync(master.url))
+        assert r.status_code == 503, r.text
+        assert made["account_id"] in r.json()["error"]["message"]
+    finally:
+        node.close()

@@ -18,7 +18,7 @@ import pytest
 import redis
 
 from tests.gateway import seed
-from upgate import keyspace
+from upgate import accounts, keyspace, store
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -153,6 +153,8 @@ def test_a_rate_limited_key_is_refused_before_its_body_is_parsed(node, redis_url
 
 def test_an_account_without_balance_is_refused_before_a_large_body_is_parsed(node, redis_url):
     key, account, _ = seed(redis_url, balance="0")
+    # nothing it can be served with: no balance and no free request left today
+    accounts.set_free_quota(store.connect_sync(redis_url), account, 0)
     h = {"Authorization": f"Bearer {key}"}
     first = httpx.post(node.base + "/chat/completions", json={"model": "mock/chat-1", "messages": HELLO},
                        headers=h, timeout=30)
@@ -258,3 +260,25 @@ def test_huge_header_blocks_do_not_stall_other_streams(node, redis_url):
             t.join(60)
     gap = stream_gap(node, streamer, attack)
     assert gap < GAP_LIMIT_S, f"a stream stalled {gap * 1000:.0f} ms"
+
+
+def test_a_large_body_for_a_free_model_is_not_refused_by_an_empty_wallet(node, redis_url):
+    """admit serves a `:free` model from the day's free quota whatever the wallet holds: the
+    memory of a paid request's 402 must not refuse the same account's large free request."""
+    key, account, _ = seed(redis_url, balance="0")
+    h = {"Authorization": f"Bearer {key}"}
+    assert httpx.post(node.base + "/chat/completions", json={"model": "mock/chat-1", "messages": HELLO},
+                      headers=h, timeout=30).status_code == 402
+    big = {"model": "mock/chat-1:free", "messages": [{"role": "user", "content": "x" * (2 << 20)}]}
+    r = httpx.post(node.base + "/chat/completions", json=big, headers=h, timeout=60)
+    assert r.status_code == 200, r.text[:300]
+
+
+def test_a_key_without_free_models_is_refused_before_a_large_body_is_parsed(node, redis_url):
+    """The free quota only matters to a key that may use a `:free` model."""
+    key, account, _ = seed(redis_url, balance="0", allowed_models=["mock/chat-1"])
+    h = {"Authorization": f"Bearer {key}"}
+    assert httpx.post(node.base + "/chat/completions", json={"model": "mock/chat-1", "messages": HELLO},
+                      headers=h, timeout=30).status_code == 402
+    junk = b"{" + b" " * (2 << 20)
+    assert httpx.post(node.base + "/chat/completions", content=junk, headers=h, timeout=30).status_code == 402

@@ -255,3 +255,24 @@ def test_the_cli_says_when_no_replica_confirmed(replicated, monkeypatch):
     assert res.exit_code == 1 and res.stdout == ""
     assert len(res.stderr.splitlines()) == 1 and "no replica confirmed" in res.stderr
     assert "same ref" in res.stderr
+
+
+def test_account_create_names_the_account_when_no_replica_confirmed(replicated, monkeypatch):
+    """The account and its opening balance exist on the master even when no replica confirmed
+    them: the operator must be told which account, or a second `create` credits the opening
+    balance again on a second account."""
+    from click.testing import CliRunner
+
+    from admin_cli.main import cli
+
+    master, replica = replicated
+    client = store.connect_sync(master.url)
+    monkeypatch.setattr(transactions, "REPLICA_WAIT_MS", 300)
+    os.kill(replica.proc.pid, signal.SIGSTOP)
+    res = CliRunner().invoke(cli, ["account", "create", "--phone", "09121234567", "--balance", "500",
+                                   "--json"], env={"UPGATE_REDIS_URL": master.url})
+    os.kill(replica.proc.pid, signal.SIGCONT)
+    [acct] = [v["account_id"] for v in accounts.list_accounts(client)]
+    assert res.exit_code == 1 and res.stdout == ""
+    assert len(res.stderr.splitlines()) == 1 and "no replica confirmed" in res.stderr
+    assert acct in res.stderr and "create it again" in res.stderr

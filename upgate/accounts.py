@@ -214,6 +214,11 @@ def create_account(client, phone: str, balance_micro: int = 0, *, actor: str = "
     atomic_write(client, [lambda p: p.hset(keyspace.wallet(acct), mapping=record)])  # exists from here
     try:
         transactions.credit(client, acct, "opening", balance_micro, actor=actor)
+    except transactions.NotDurable as e:  # it exists: say which, or a retry creates a second one
+        raise transactions.NotDurable(
+            f"account {acct} was created with its opening balance, but no replica confirmed it "
+            f"within {transactions.REPLICA_WAIT_MS} ms (a failover now could lose it): do NOT "
+            f"create it again; check `account show {acct}` after the failover", e.result) from None
     finally:  # listed even when no replica confirmed the opening (NotDurable): never orphaned
         atomic_write(client, [lambda p: p.sadd(keyspace.ACCOUNTS, acct)])
     return acct

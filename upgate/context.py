@@ -34,7 +34,7 @@ class Context:
         self.auth = Auth(self.redis, settings.key_pepper)
         self.catalog = Catalog(self.redis)
         self.ledger = Ledger(self.redis, settings)
-        self.refusals = Refusals(settings.topup_url)
+        self.refusals = Refusals(settings.topup_url, settings.free_quota_default)
         self.upstream = UpstreamClient(silence_s=settings.upstream_silence_s)
         self.metrics = Metrics()
         self.admin = AdminNode(settings)  # the management API's pool, client and token cache (lazy)

@@ -63,8 +63,11 @@ class GatewayError(Exception):
         self.param = param  # the request field at fault (management API), else None
         super().__init__(f"{code}: {self.message}")
 
-    def body(self) -> dict:
-        err = {"message": self.message, "type": self.code, "code": self.code, "param": self.param}
+    def body(self, name_param: bool = False) -> dict:
+        """The spec's error object. `param` stays null on the client API (the spec shows it null
+        in every shape); the management API (`name_param`) names the field at fault."""
+        param = self.param if name_param else None
+        err = {"message": self.message, "type": self.code, "code": self.code, "param": param}
         if self.svc:
             err["svc"] = self.svc
         return {"error": err}

@@ -109,6 +109,12 @@ def migration_json() -> str:
     return _record_json(None, MIGRATION_NOTE, "migration")
 
 
+def is_migration(txn: dict) -> bool:
+    """The opening the migration gave an account from before transactions: its balance then,
+    money received long before, never a payment of the day it was recorded."""
+    return txn.get("actor") == "migration" and txn.get("note") == MIGRATION_NOTE and txn.get("ref") is None
+
+
 # ---- the step ---------------------------------------------------------------------------------
 
 def _node_client(client, key: str):

@@ -92,8 +92,11 @@ class ProxyHandler(BaseHandler):
         except Rejected as e:
             self.set_rate(e.rate)
             raise
-        if len(raw) > LARGE_BODY:
-            await ctx.refusals.check_balance(ctx.redis, key.account_id, len(raw))
+        if len(raw) > LARGE_BODY:  # (the model is not known yet: may it be a free one?)
+            free_model = any(m.free and self.CAPABILITY in m.capabilities and
+                             (key.allowed_models is None or m.id in key.allowed_models)
+                             for m in ctx.catalog.visible())
+            await ctx.refusals.check_balance(ctx.redis, key.account_id, len(raw), free_model)
         try:
             req = validate(parse_json(raw, shape_checked=True), self.ROUTE)
             self._body = []

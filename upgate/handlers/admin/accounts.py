@@ -1,7 +1,7 @@
 """/admin/v1/accounts: create, list (cursor pages, ?phone=), get, patch, suspend, resume."""
 from __future__ import annotations
 
-from upgate import accounts
+from upgate import accounts, transactions
 from upgate.errors import GatewayError
 from upgate.handlers.admin.base import AdminHandler, field
 from upgate.handlers.admin.spec import AMOUNT_IN, Op, nullable, obj, ref
@@ -54,7 +54,10 @@ class AccountsHandler(_Base):
         with field("phone", parsing=True):
             phone = accounts.check_phone(body["phone"])
         balance = self.amount(body, "balance_toman") or 0
-        made = await self.call(_create, phone, balance, self.quota, self.actor)
+        try:
+            made = await self.call(_create, phone, balance, self.quota, self.actor)
+        except transactions.NotDurable as e:  # created, but no replica confirmed it: 503 naming it
+            raise GatewayError("service_unavailable", str(e)) from None
         self.log_target = made["id"]
         self.write_json(made, 201)
 

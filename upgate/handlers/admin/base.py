@@ -14,7 +14,7 @@ from contextlib import contextmanager
 
 import orjson
 
-from upgate import accounts, admin_log
+from upgate import accounts, admin_log, keys, records, transactions
 from upgate.errors import GatewayError
 from upgate.handlers.admin.spec import READ_VERBS, Op
 from upgate.handlers.base import BaseHandler
@@ -22,15 +22,17 @@ from upgate.handlers.base import BaseHandler
 log = logging.getLogger("upgate")
 
 
+NOT_FOUND = (accounts.UnknownAccount, keys.UnknownKey, records.UnknownRequest)
+
+
 def service_error(e: ValueError, param: str | None = None, force: bool = False) -> GatewayError:
-    """The one place a service refusal becomes an API error. Unknown account/key/request
-    (a class named Unknown…) → 404; `IdempotencyConflict` → 409; any other → 400 naming the
-    field the service (or the handler's `field` context) blamed."""
-    names = {c.__name__ for c in type(e).__mro__}
+    """The one place a service refusal becomes an API error. Unknown account, key or request
+    → 404; a ref reused otherwise → 409; any other → 400 naming the field the service (or the
+    handler's `field` context) blamed."""
     message = str(e).strip().splitlines()[0] if str(e).strip() else None
-    if any(n.startswith("Unknown") for n in names):
+    if isinstance(e, NOT_FOUND):
         return GatewayError("not_found", message)
-    if "IdempotencyConflict" in names:
+    if isinstance(e, transactions.IdempotencyConflict):
         return GatewayError("idempotency_conflict", message, param=getattr(e, "field", None) or "ref")
     blamed = param if force else getattr(e, "field", None) or param
     return GatewayError("invalid_request", message, param=blamed)
@@ -71,6 +73,7 @@ def _authorized(verb: str, fn):
 
 class AdminHandler(BaseHandler):
     keep_body = True
+    NAMES_PARAM = True
     PATH = ""
     OPS: dict[str, Op] = {}
     token = None  # the AdminToken once authorized

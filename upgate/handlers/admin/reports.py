@@ -24,14 +24,15 @@ def _usage(client, account_id: str, days: list[str], group_by: str) -> dict:
 
 
 def _topups(client, days: list[str]) -> dict[str, int]:
-    """Σ top-ups (opening balances included) per day, from every account's transactions of
-    the months the range touches: one call per account and month."""
+    """Σ top-ups (opening balances included, a migration's not: transactions.is_migration) per
+    day, from every account's transactions of the months the range touches: one call per
+    account and month."""
     wanted, months = set(days), sorted({d[:7] for d in days})
     out = dict.fromkeys(days, 0)
     for acct in client.sscan_iter(keyspace.ACCOUNTS, count=1000):
         for month in months:
             for t in transactions.list_transactions(client, store.text(acct), month=month):
-                if t["kind"] in ("topup", "opening"):
+                if t["kind"] in ("topup", "opening") and not transactions.is_migration(t):
                     day = jalali.day_key(_epoch(t["time"]))
                     if day in wanted:
                         out[day] += money.parse_toman(t["amount_toman"], allow_negative=True)
