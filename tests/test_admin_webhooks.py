@@ -28,3 +28,14 @@ def test_failed_deliveries_are_listed_newest_first(api, redis_url):
     assert_error(api.get("/webhooks/failed", params={"limit": 0}), 400, "invalid_request", "limit")
     assert_error(api.get("/webhooks/failed", token=None), 401, "invalid_admin_token")
     assert "/admin/v1/webhooks/failed" in api.get("/openapi.json", token=None).json()["paths"]
+
+
+def test_suspend_and_resume_over_the_api_record_their_events(node, redis_url):
+    api = Admin(node, make_token(redis_url, name="ops-write"))
+    acct = api.account()["id"]
+    assert api.post(f"/accounts/{acct}/suspend").status_code == 200
+    assert api.post(f"/accounts/{acct}/suspend").status_code == 200  # already so: no second event
+    assert api.post(f"/accounts/{acct}/resume").status_code == 200
+    client = store.connect_sync(redis_url)
+    kinds = [orjson.loads(e.split(b" ", 1)[1])["type"] for e in client.lrange(keyspace.outbox(acct), 0, -1)]
+    assert kinds == ["account.suspended", "account.resumed"]
