@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import tornado.web
 
+from upgate import console
 from upgate.handlers.base import NotFoundHandler, ResponsesHandler
 from upgate.handlers.health import HealthHandler, MetricsHandler
 from upgate.handlers.me import MeHandler
@@ -28,11 +29,14 @@ def make_app(ctx, **settings) -> tornado.web.Application:
         (r"/v1/responses(?:/.*)?", ResponsesHandler, d),
         (_GONE, NotFoundHandler, d),
     ]
+    # The operator's console: HTML pages under /admin/ (upgate/console/, docs/console.md)
+    routes += console.routes(ctx)
     return tornado.web.Application(
         routes,
         default_handler_class=NotFoundHandler,
         default_handler_args=d,
         compress_response=False,  # streams must reach the client chunk by chunk
         log_function=lambda handler: None,  # the access log is ours (one JSON line, no content)
+        cookie_secret=console.cookie_secret(ctx.settings.key_pepper),  # signs the console's cookies
         **settings,
     )

@@ -134,3 +134,10 @@ def key_owner(key_id: str) -> str:
     the account. Its own slot: written before the key goes live, never deleted (a revoked key
     id still resolves, and is refused as revoked)."""
     return "keyid:" + key_id
+
+
+def console_session(session_hash: str) -> str:
+    """String, with a TTL: one operator console session (upgate/console/session.py), named by
+    the SHA-256 of its id, holding the admin token encrypted under a key derived from that id.
+    Its own slot; only single-key commands."""
+    return "console:session:" + session_hash
