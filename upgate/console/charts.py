@@ -14,7 +14,7 @@ from html import escape
 from typing import Callable, Sequence
 
 W, H = 560, 220  # viewBox
-LEFT, RIGHT, TOP, BOTTOM = 64, 12, 12, 30  # plot margins: y labels on the left, x labels below
+LEFT, RIGHT, TOP, BOTTOM = 64, 24, 12, 30  # plot margins: y labels on the left, x labels below
 _ids = itertools.count(1)
 
 Fmt = Callable[[object], str]
@@ -46,9 +46,9 @@ def short(v: float) -> str:
     return f"{v:.2f}".rstrip("0").rstrip(".") if v % 1 else f"{int(v)}"
 
 
-def _open(title: str, desc: str, height: int = H) -> tuple[str, list[str]]:
+def _open(title: str, desc: str, height: int = H, kind: str = "") -> tuple[str, list[str]]:
     cid = f"chart{next(_ids)}"
-    head = (f'<svg class="chart" viewBox="0 0 {W} {height}" role="img" '
+    head = (f'<svg class="chart{kind}" viewBox="0 0 {W} {height}" role="img" '
             f'aria-labelledby="{cid}-t {cid}-d" xmlns="http://www.w3.org/2000/svg">'
             f'<title id="{cid}-t">{escape(title)}</title><desc id="{cid}-d">{escape(desc)}</desc>')
     return cid, [head]
@@ -135,7 +135,7 @@ def hbars(labels: Sequence[str], values: Sequence, title: str, fmt: Fmt = str) -
     """Horizontal bars, one row per label (models), the value written at each bar's end."""
     row = 26
     height = max(60, TOP + row * len(labels) + 8)
-    _cid, parts = _open(title, _desc(labels, values, fmt), height)
+    _cid, parts = _open(title, _desc(labels, values, fmt), height, " hbars")
     if not labels:
         return _empty(parts, height)
     nums = [_num(v) for v in values]
