@@ -18,8 +18,12 @@ def refusals():
     exit 1, one line on stderr, no traceback."""
     from upgate import keys
 
+    from admin_cli.main import store_hint
+
     try:
         yield
+    except (accounts.UnknownAccount, keys.UnknownKey) as e:
+        raise Refused(f"{e}; {store_hint()}") from None
     except (accounts.AccountError, keys.KeyAdminError, SettingsError) as e:
         raise Refused(str(e)) from None
 

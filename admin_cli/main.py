@@ -8,6 +8,7 @@ as a traceback.)
 from __future__ import annotations
 
 import os
+import re
 import sys
 
 import click
@@ -27,6 +28,19 @@ def redis_client():
         return store.connect_sync(url)
     except ValueError as e:  # redis-py's URL parser: bad scheme, port, query option
         raise Refused(f"UPGATE_REDIS_URL is malformed: {e}") from None
+
+
+def store_hint() -> str:
+    """Where an unknown id was looked for: `upgate demo` keeps a private embedded store, and a
+    newcomer pointing upgate-admin at the default Redis would otherwise see a bare "unknown"."""
+    url = os.environ.get("UPGATE_REDIS_URL")
+    where = f"the store {_redact(url)}" if url else \
+        f"the default store {DEFAULT_URL} (UPGATE_REDIS_URL is not set)"
+    return f"looked in {where}; a running `upgate demo` keeps a private store upgate-admin cannot see"
+
+
+def _redact(url: str) -> str:
+    return re.sub(r"//[^@/]*@", "//", url)  # never show a password
 
 
 def store_error(e: Exception) -> str:

@@ -11,6 +11,7 @@ from rich.table import Table
 
 EXIT_OK = 0
 EXIT_REFUSED = 1  # every failure: bad input, unknown id, usage error, the store unreachable
+PIPE_WIDTH = 10_000  # columns for output that is not a terminal (no table is that wide)
 
 
 class Refused(click.ClickException):
@@ -37,6 +38,10 @@ def emit(result: dict, *, table: Table | None = None, message: str | None = None
         sys.stdout.write(orjson.dumps(result, option=orjson.OPT_INDENT_2).decode() + "\n")
         return
     console = Console()
+    if not console.is_terminal:
+        # a pipe, a file or a test runner: rich would squeeze the table into 80 columns and
+        # wrap cells into fragments; at this width a table keeps its natural one
+        console = Console(width=PIPE_WIDTH)
     if table is not None:
         console.print(table)
     if message:

@@ -11,13 +11,15 @@ from upgate.catalog import Model
 
 
 def M(id: str = "acme/chat-1", prompt_toman_per_million="15000", completion_toman_per_million="60000",
-      request_toman="0", web_search_toman="0", context_length: int | None = None) -> Model:
+      request_toman="0", web_search_toman="0", context_length: int | None = None,
+      max_output_tokens: int | None = None) -> Model:
     """The catalog's own Model with test prices (decimal strings, as a catalog file has them)."""
     return Model(id=id, provider="acme", upstream_model=id, name=id,
                  prompt_toman_per_million=Decimal(prompt_toman_per_million),
                  completion_toman_per_million=Decimal(completion_toman_per_million),
                  request_toman=Decimal(request_toman), web_search_toman=Decimal(web_search_toman),
-                 capabilities=frozenset({"chat"}), context_length=context_length)
+                 capabilities=frozenset({"chat"}), context_length=context_length,
+                 max_output_tokens=max_output_tokens)
 
 
 def chat(text="hello", **extra):
@@ -131,6 +133,39 @@ def test_embeddings_hold_their_input_only():
 def test_prompt_estimate_is_bounded_by_the_context_length():
     body = chat("z" * 3_000_000, max_tokens=10)
     assert sizing.hold_micro(body, [M(context_length=8192)]) == 8192 * 15000 + 10 * 60000
+
+
+def test_the_default_output_is_capped_at_the_models_max_output_tokens():
+    capped = M(max_output_tokens=2000)
+    assert sizing.hold_micro(chat(), [capped]) == 6 * 15000 + 2000 * 60000
+    assert sizing.hold_micro(chat(max_tokens=50_000), [capped]) == 6 * 15000 + 2000 * 60000
+    # below the cap the request's own max_tokens sizes the hold; no cap keeps the spec's 4096
+    assert sizing.hold_micro(chat(max_tokens=100), [capped]) == 6 * 15000 + 100 * 60000
+    assert sizing.hold_micro(chat(), [M()]) == 6 * 15000 + 4096 * 60000
+    assert sizing.hold_micro(chat(), [M(max_output_tokens=8000)]) == 6 * 15000 + 4096 * 60000
+
+
+def test_the_cap_covers_the_reasoning_budget_and_applies_per_choice():
+    capped = M(max_output_tokens=2000)
+    body = chat(max_tokens=1500, reasoning={"max_tokens": 1500}, n=3)
+    assert sizing.hold_micro(body, [capped]) == 6 * 15000 + 3 * 2000 * 60000
+    assert sizing.hold_micro(body, [M()]) == 6 * 15000 + 3 * 3000 * 60000
+
+
+def test_a_fallback_list_caps_each_entry_by_its_own_model():
+    short = M(id="a/short", completion_toman_per_million="90000", max_output_tokens=1000)
+    long_ = M(id="a/long", completion_toman_per_million="60000")
+    # short: 1000 × 90000 = 90 M; long: 4096 × 60000 ≈ 245.8 M → long is the dearer hold
+    assert sizing.hold_micro(chat(), [short, long_]) == 6 * 15000 + 4096 * 60000
+    assert sizing.hold_micro(chat(), [short]) == 6 * 15000 + 1000 * 90000
+    # the cap is the model's, not the list's: with the long one capped too, short is dearer
+    long_capped = M(id="a/long", completion_toman_per_million="60000", max_output_tokens=500)
+    assert sizing.hold_micro(chat(), [short, long_capped]) == 6 * 15000 + 1000 * 90000
+
+
+def test_embeddings_ignore_the_output_cap():
+    body = {"model": "acme/embed-1", "input": "x" * 300}
+    assert sizing.hold_micro(body, [M(max_output_tokens=10)]) == 100 * 15000
 
 
 def test_fractional_prices_round_up_once():

@@ -90,15 +90,17 @@ def main() -> None:
 
 @main.command()
 @click.option("--port", type=int, default=None, help="Port to listen on (default: $PORT or 8080).")
+@click.option("--host", default="", help="Address to listen on (default: every interface).")
 @click.option("--processes", type=int, default=None,
               help="Worker processes on one port (default: $WEB_CONCURRENCY or 1).")
 @click.option("--insecure-dev", is_flag=True, help="Allow a missing UPGATE_KEY_PEPPER (development only).")
-def serve(port: int | None, processes: int | None, insecure_dev: bool) -> None:
+def serve(port: int | None, host: str, processes: int | None, insecure_dev: bool) -> None:
     """Serve the gateway against Redis (UPGATE_REDIS_URL) and the providers file (UPGATE_PROVIDERS).
 
     \b
     Example:
       UPGATE_KEY_PEPPER=$(openssl rand -hex 32) upgate serve --port 8080 --processes 2
+      upgate serve --host 127.0.0.1   (this machine only)
     """
     from upgate.upstream.providers import ProvidersError, load_providers
 
@@ -127,7 +129,7 @@ def serve(port: int | None, processes: int | None, insecure_dev: bool) -> None:
     from upgate import server
 
     try:
-        server.run(settings, providers, port or settings.port, processes)
+        server.run(settings, providers, port or settings.port, processes, host)
     except server.BindError as e:
         raise click.ClickException(str(e)) from None
 

@@ -119,9 +119,12 @@ class Context:
         self.ledger.on_event(msg)
 
     async def _resync(self) -> None:
-        """After a (re)subscription anything may have been missed: drop and reload it all."""
+        """After a (re)subscription anything may have been missed: drop and reload it all. The
+        catalog only when its version moved: start() has just read it (and logged it in force)."""
         self.auth.flush()
-        await self.catalog.reload()
+        remote = await self.redis.hget(keyspace.CATALOG_META, "version")
+        if remote is None or store.text(remote) != self.catalog.version:
+            await self.catalog.reload()
         await self.ledger.reload_cooldowns()
 
     async def _subscribe(self) -> None:

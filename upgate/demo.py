@@ -29,12 +29,15 @@ def banner(port: int, info: dict) -> str:
     base = f"http://127.0.0.1:{port}/v1"
     key = info["key"]
     return f"""
-upgate demo is running (embedded store, mock provider; nothing leaves this machine).
+upgate demo is running (mock provider; nothing leaves this machine).
 
   base URL   {base}
   API key    {key}
   account    {info['account_id']}  (balance {DEMO_BALANCE} toman)
   models     mock/chat-1 (paid), mock/chat-1:free, mock/embed-1 (embeddings)
+  store      embedded in this process and private to it, gone when the demo stops:
+             upgate-admin (which reads UPGATE_REDIS_URL, by default redis://127.0.0.1:6379/0)
+             cannot see it.
 
 Try it:
 
@@ -44,6 +47,7 @@ Try it:
 
   curl -s {base}/svc/me -H "Authorization: Bearer {key}"
 
+  pip install openai    # the OpenAI client library (installing upgate does not bring it)
   python -c 'from openai import OpenAI; c = OpenAI(base_url="{base}", api_key="{key}"); print(c.chat.completions.create(model="mock/chat-1", messages=[{{"role": "user", "content": "Hi"}}]).choices[0].message.content)'
 
 Ctrl-C stops it.

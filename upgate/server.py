@@ -88,6 +88,15 @@ def bind(port: int, host: str = "") -> list[socket.socket]:
         raise BindError(f"cannot listen on {where}: {e.strerror or e}") from None
 
 
+def address(host: str, sockets: list[socket.socket]) -> str:
+    """The URL a client on this machine would use (the port as bound, so port 0 shows the real one)."""
+    port = sockets[0].getsockname()[1]
+    shown = host or "0.0.0.0"
+    if ":" in shown:  # an IPv6 literal
+        shown = f"[{shown}]"
+    return f"http://{shown}:{port}"
+
+
 def raise_fd_limit() -> int:
     """Every open stream holds two sockets (its client's and its provider's), so the common soft
     limit of 1,024 descriptors would cap a node near 500 streams: raise it to the hard limit."""
@@ -103,8 +112,11 @@ def raise_fd_limit() -> int:
 
 
 def run(settings: Settings, providers: dict, port: int, processes: int, host: str = "") -> None:
+    """`host` "" listens on every interface."""
     raise_fd_limit()
     sockets = bind(port, host)
+    log.info("listening on %s%s", address(host, sockets),
+             f" ({processes} worker processes)" if processes > 1 else "")
     if processes > 1:
         _prefork(processes)
     use_uvloop()

@@ -8,8 +8,11 @@ A hold is what a request could cost at most, reserved before it goes upstream:
 
 Output tokens are the largest of max_tokens / max_completion_tokens / max_output_tokens, else
 4096 (the spec's default); a smaller max_tokens gives a smaller hold. The reasoning budget is
-`reasoning.max_tokens` when it is an integer. Embeddings hold their input only. With a `models`
-fallback list every entry is priced and the most expensive is held. Settle charges the real
+`reasoning.max_tokens` when it is an integer. Output plus reasoning is capped, per choice, at the
+catalog's `max_output_tokens` for the model (it cannot produce more, and a client able to pay for
+any answer it can give must not get a 402; the body still goes upstream unchanged). Embeddings
+hold their input only. With a `models` fallback list every entry is priced, each with its own
+cap, and the most expensive is held. Settle charges the real
 consumption afterwards (``cost_micro``), even above the hold.
 
 The prompt estimate is conservative (about three characters a token, rounded up, plus a few
@@ -175,15 +178,20 @@ def hold_micro(body: dict, models: list, *, embeddings: bool | None = None) -> i
         raise ValueError("hold_micro needs at least one model")
     embeddings = is_embeddings(body) if embeddings is None else embeddings
     prompt = prompt_tokens(body)
-    completion = 0 if embeddings else (output_tokens(body) + reasoning_tokens(body)) * choices(body)
+    output = 0 if embeddings else output_tokens(body) + reasoning_tokens(body)
+    n = choices(body)
     best = 0
     for model in models:
-        p = prompt
-        context = getattr(model, "context_length", None)
-        if type(context) is int and context > 0:
-            p = min(p, context)
+        p = min(prompt, _limit(model, "context_length", prompt))
+        completion = min(output, _limit(model, "max_output_tokens", output)) * n
         best = max(best, _price(model, p, completion, not embeddings and wants_web_search(body, model.id)))
     return best
+
+
+def _limit(model, field: str, default: int) -> int:
+    """The model's catalog limit `field` when it has a positive one, else `default`."""
+    value = getattr(model, field, None)
+    return value if type(value) is int and value > 0 else default
 
 
 def cost_micro(model, prompt_tokens: int, completion_tokens: int, web_search: bool) -> int:

@@ -1,8 +1,9 @@
 """The shared base for every route: request id, JSON errors in the spec's shape, rate headers.
 
 Every error flows through ``write_error``: a handler raises ``GatewayError`` (or a Tornado
-``HTTPError``) and the client gets ``{"error": {...}}`` with X-Svc-Request-Id, the
-X-RateLimit-* values when a key was seen, Retry-After and ``x-should-retry`` as the catalogue says.
+``HTTPError``) and the client gets ``{"error": {...}}`` with X-Svc-Request-Id (the same id in
+x-request-id, which the SDKs read), the X-RateLimit-* values when a key was seen, Retry-After and
+``x-should-retry`` as the catalogue says.
 """
 from __future__ import annotations
 
@@ -94,11 +95,14 @@ class BaseHandler(tornado.web.RequestHandler):
         # Tornado's clear() formats a Date per request and sets every default header through
         # set_header's checks; these values are known safe, and the Date changes once a second.
         # Runs on construction and again before an error response: the id must survive both.
+        # x-request-id carries the same id for the SDKs (openai-python's `_request_id` and
+        # `err.request_id`, openai-node's `requestID` read it).
         rid = self.__dict__.get("request_id")
         if rid is None:
             rid = self.request_id = new_request_id()
         self._headers = HTTPHeaders({"Server": _SERVER, "Content-Type": "application/json",
-                                     "Date": _http_date(), "X-Svc-Request-Id": rid})
+                                     "Date": _http_date(), "X-Svc-Request-Id": rid,
+                                     "X-Request-Id": rid})
         self._apply_rate()
         self._write_buffer = []
         self._status_code = 200

@@ -307,7 +307,8 @@ class ProxyHandler(BaseHandler):
         parser = sse.SSEParser()
         # The gateway asked upstream for usage on the client's behalf; a client that did not ask
         # must not get a chunk with empty `choices` (common code indexes choices[0]).
-        relay_usage = _client_wants_usage(body) or self._meta
+        meta = self._meta
+        relay_usage = _client_wants_usage(body) or meta
         out = self.request.connection
         backlog: deque[bytes] = deque()  # events for this task, in arrival order
         parked = False  # this task waits in call.wait(): relay_now may write itself
@@ -322,7 +323,8 @@ class ProxyHandler(BaseHandler):
             events = parser.feed(data)
             if not events:
                 return False
-            if not parked or backlog or not self._sse_open or not out.writable():
+            # (after a held usage chunk, everything keeps its order through the backlog)
+            if not parked or backlog or held is not None or not self._sse_open or not out.writable():
                 backlog.extend(events)
                 return True
             sent, n_chars = [], 0
@@ -344,8 +346,22 @@ class ProxyHandler(BaseHandler):
             return bool(backlog)
 
         usage = None  # the last usage the provider reported
-        held = None  # its usage chunk (no choices): relayed once the stream is settled
+        # Its usage chunk, relayed once the stream is settled: one with no choices, or (with
+        # X-Svc-Include-Meta) any, since the svc block goes on the chunk with the final usage,
+        # whatever else it carries (LiteLLM's has `choices: [{"index": 0, "delta": {}}]`).
+        held = None
         done = False
+
+        def send(obj: dict) -> int:
+            nonlocal last
+            _as_ours(obj, model)
+            event = sse.event(orjson.dumps(obj))
+            if not self._sse_open:
+                self._open_sse()  # the headers leave with the first event
+            self.write(event)
+            last = obj
+            return len(event)
+
         call.relay_to(relay_now)
         try:
             while True:
@@ -370,20 +386,19 @@ class ProxyHandler(BaseHandler):
                     chars += _chars_chunk(obj)
                     if not self._generated and _finishes(payload, obj):
                         self._generated = True
+                    if held is not None and held.get("choices"):
+                        # a held chunk with choices is not the last event after all: it goes
+                        # out now, in order (the svc block then rides on a usage chunk of ours)
+                        wrote += send(held)
+                        held = None
                     if isinstance(obj.get("usage"), dict):
                         usage = obj["usage"]
-                        if not obj.get("choices"):
-                            held = obj
+                        if meta or not obj.get("choices"):
+                            held = obj  # (a held one without choices carried nothing else)
                             continue
                         if not relay_usage:
                             del obj["usage"]
-                    _as_ours(obj, model)
-                    event = sse.event(orjson.dumps(obj))
-                    if not self._sse_open:
-                        self._open_sse()  # the headers leave with the first event
-                    self.write(event)
-                    last = obj
-                    wrote += len(event)
+                    wrote += send(obj)
                 if wrote and not self._gone:
                     self.last_write = time.monotonic()
                     try:
@@ -412,6 +427,8 @@ class ProxyHandler(BaseHandler):
                 raise _Failed(GatewayError("upstream_timeout" if isinstance(e, UpstreamTimeout)
                                            else "upstream_error")) from None  # nothing sent yet
             self._attempt_over()
+            if held is not None and held.get("choices") and not self._gone:
+                send(held)  # its content was counted as relayed
             await self._cut(model, body, chars, e, usage)
             return
         except tornado.iostream.StreamClosedError:
@@ -430,26 +447,28 @@ class ProxyHandler(BaseHandler):
             return
         if usage is not None:
             await self._settle(model, body, *_usage_tokens(usage, body, chars))
+            if held is None and meta:  # its usage chunk went out before content that followed
+                held = self._usage_chunk(model, last, usage)
             if held is not None and relay_usage:
                 self._add_meta(held, model)
-                _as_ours(held, model)
-                self.write(sse.event(orjson.dumps(held)))
+                send(held)
         elif not self._billed:  # the provider sent no usage: estimate from what was relayed
             prompt, completion = sizing.prompt_tokens(body), _tokens(chars)
             await self._settle(model, body, prompt, completion)
             if relay_usage:  # the client asked for usage (or meta): it gets the estimate, marked so
-                self.write(sse.event(orjson.dumps(self._usage_chunk(model, last, prompt, completion))))
+                chunk = self._usage_chunk(model, last, {
+                    "prompt_tokens": prompt, "completion_tokens": completion,
+                    "total_tokens": prompt + completion, "estimated": True})
+                self._add_meta(chunk, model)
+                send(chunk)
         self.finish(sse.DONE)
 
-    def _usage_chunk(self, model, last: dict, prompt: int, completion: int) -> dict:
-        chunk = {"id": last.get("id") or "gen-" + self.request_id,
-                 "object": last.get("object") or "chat.completion.chunk",
-                 "created": last.get("created") or int(time.time()), "model": model.id,
-                 "provider": model.provider, "choices": [],
-                 "usage": {"prompt_tokens": prompt, "completion_tokens": completion,
-                           "total_tokens": prompt + completion, "estimated": True}}
-        self._add_meta(chunk, model)
-        return chunk
+    def _usage_chunk(self, model, last: dict, usage: dict) -> dict:
+        """A usage chunk of our own, shaped like the stream's last chunk."""
+        return {"id": last.get("id") or "gen-" + self.request_id,
+                "object": last.get("object") or "chat.completion.chunk",
+                "created": last.get("created") or int(time.time()), "model": model.id,
+                "provider": model.provider, "choices": [], "usage": usage}
 
     async def _cut(self, model, body, chars: int, error: Exception | None, usage: dict | None) -> None:
         """Mid-stream failure, client disconnect or shutdown: settle what was consumed, by the
