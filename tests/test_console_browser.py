@@ -137,6 +137,9 @@ def test_sign_in_search_and_keys_end_to_end(console, node, redis_url):
     mine.get_by_label("Requests per minute").fill("6000")
     mine.get_by_role("button", name="Save key").click()
     assert "rpm must be a whole number from 1 to 600" in page.locator("#keys .flash.error").inner_text()
+    mine = page.locator("details", has_text="Change or revoke " + new_key[:10])
+    assert mine.get_by_label("Requests per minute").input_value() == "6000"  # as typed, shown open
+    assert "120" in page.locator("tr", has_text="from the console").inner_text()  # nothing written
 
     # revoke it: /v1 refuses it from the next request on
     page.goto(f"/admin/accounts/{account_id}")

@@ -91,6 +91,8 @@ class AccountHandler(ConsoleHandler):
     async def get(self, account_id: str) -> None:
         await self.show(account_id)
 
+    target = None
+
     async def show(self, account_id: str, *, message: str | None = None, form: str | None = None,
                    new_key: dict | None = None, status: int = 200) -> None:
         month = self.get_query_argument("month", None) or None
@@ -104,17 +106,22 @@ class AccountHandler(ConsoleHandler):
         self.set_status(status)
         typed = {k: self.get_body_argument(k, "") for k in self.request.body_arguments} if form else {}
         self.render("account.html", nav="accounts", charts=charts, message=message, form=form,
-                    typed=typed, new_key=new_key, ref=fresh_ref, **page)
+                    typed=typed, target=self.target, new_key=new_key, ref=fresh_ref, **page)
 
 
 class WriteHandler(AccountHandler):
     writes = True
-    form = ""
+    form = ""  # which form a refusal is shown at (with its typed values)
+
+    @property
+    def anchor(self) -> str:
+        return "keys" if self.form.startswith("key") else self.form
 
     def arg(self, name: str) -> str:
         return self.get_body_argument(name, "").strip()
 
     async def post(self, account_id: str, *rest) -> None:
+        self.target = rest[0] if rest else None  # the key a key form acted on
         try:
             done = await self.console.run(self.act, account_id, *rest)
         except accounts.UnknownAccount as e:
@@ -126,7 +133,7 @@ class WriteHandler(AccountHandler):
             await self.show(account_id, new_key=done["new_key"], status=201)
             return
         self.flash(done)
-        self.redirect(f"{PREFIX}/accounts/{urllib.parse.quote(account_id)}#{self.form}", status=303)
+        self.redirect(f"{PREFIX}/accounts/{urllib.parse.quote(account_id)}#{self.anchor}", status=303)
 
 
 def _conflict(e: ValueError) -> bool:
@@ -182,7 +189,7 @@ def _key_settings(arg, *, clearing: bool) -> dict:
 
 
 class KeyCreateHandler(WriteHandler):
-    form = "keys"
+    form = "key-create"
 
     def act(self, client, account_id: str) -> dict:
         full, key_id, prefix = keys.create_key(client, self.console.pepper, account_id,
