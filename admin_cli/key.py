@@ -8,7 +8,7 @@ import click
 
 from admin_cli.account import refusals
 from admin_cli.output import Refused, emit, json_mode, json_option, kv_table, table, warn
-from upgate import accounts, catalog, jalali, keys, money
+from upgate import accounts, catalog_store, jalali, keys, money
 
 
 def _client():
@@ -62,7 +62,7 @@ def _warn_unknown_models(client, models: list[str] | None) -> None:
     later. Say so when one is not in the catalog in force."""
     if not models:
         return
-    version, _updated, items = catalog.read(client)
+    version, _updated, items = catalog_store.read(client)
     if version is None:
         return
     known = {m.id for m in items}

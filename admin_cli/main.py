@@ -70,7 +70,7 @@ class Root(click.Group):
             if isinstance(e, click.UsageError) and e.ctx is not None:
                 message += f" (see '{e.ctx.command_path} --help')"
             click.echo(f"error: {message}", err=True)
-            rv = EXIT_REFUSED
+            rv = e.exit_code if isinstance(e, Refused) else EXIT_REFUSED  # models sync: 3, over --max-change
         if not standalone_mode:
             return rv
         sys.exit(rv if isinstance(rv, int) else 0)

@@ -11,6 +11,7 @@ from rich.table import Table
 
 EXIT_OK = 0
 EXIT_REFUSED = 1  # every failure: bad input, unknown id, usage error, the store unreachable
+EXIT_OVER_LIMIT = 3  # `models sync`: a change over --max-change, refused without --yes
 PIPE_WIDTH = 10_000  # columns for output that is not a terminal (no table is that wide)
 
 
@@ -21,6 +22,12 @@ class Refused(click.ClickException):
 
     def show(self, file=None) -> None:
         click.echo(f"error: {self.message}", err=True)
+
+
+class OverLimit(Refused):
+    """Refused because the change is larger than the operator allowed (exit code 3)."""
+
+    exit_code = EXIT_OVER_LIMIT
 
 
 def json_mode() -> bool:

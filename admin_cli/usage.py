@@ -35,9 +35,11 @@ def usage(account_id: str, group_by: str, month: str | None, as_json: bool) -> N
     report = usage_report.report(usage_report.fetch(client, account_id, days), group_by)
     result = {"account_id": account_id, "month": month, "group_by": group_by, **report}
     label = usage_report.GROUPS[group_by]
-    rows = [[r[label], r["requests"], r["prompt_tokens"], r["completion_tokens"], r["cost_toman"]]
-            for r in report["rows"]]
+    rows = [[r[label], r["requests"], r["prompt_tokens"], r["cached_tokens"], r["completion_tokens"],
+             r["cost_toman"]] for r in report["rows"]]
     t = report["totals"]
-    rows.append(["total", t["requests"], t["prompt_tokens"], t["completion_tokens"], t["cost_toman"]])
+    rows.append(["total", t["requests"], t["prompt_tokens"], t["cached_tokens"], t["completion_tokens"],
+                 t["cost_toman"]])
     emit(result, table=table(f"Usage of {account_id} in {month} by {group_by}",
-                             [label, "requests", "prompt tokens", "completion tokens", "cost (toman)"], rows))
+                             [label, "requests", "prompt tokens", "cached tokens", "completion tokens",
+                              "cost (toman)"], rows))

@@ -262,10 +262,10 @@ class Stack:
     # -- data
     def seed(self) -> None:
         """The catalog (one paid chat model), and `accounts` funded accounts with one key each."""
-        from upgate import accounts, catalog, keys, money, store
+        from upgate import accounts, catalog, catalog_store, keys, money, store
 
         client = store.connect_sync(self.redis_url)
-        catalog.store(client, catalog.parse(CATALOG_TOML, {"mock"}))
+        catalog_store.store(client, catalog.parse(CATALOG_TOML, {"mock"}))
         balance = money.parse_toman(str(BALANCE_TOMAN))
         self.keys = []
         for i in range(self.accounts):

@@ -22,6 +22,7 @@
     ARGV[6] key-record prefix   "{a:<acct>}:key:"   (+ the hold's key id)
     ARGV[7] usage prefix        "{a:<acct>}:usage:" (+ the hold's Tehran day)
     ARGV[8] usage hash time-to-live, ms
+    ARGV[9] cached prompt tokens (part of ARGV[3]; counted in the usage aggregates when > 0)
 
   Output: {code, balance, wallet_held}
     code 1  settled an open hold
@@ -32,6 +33,7 @@ local wallet, hold_key, holds, streams = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local hold_id, cost = ARGV[1], ARGV[2]
 local prompt, completion, model = ARGV[3], ARGV[4], ARGV[5]
 local key_prefix, usage_prefix, usage_ttl_ms = ARGV[6], ARGV[7], ARGV[8]
+local cached = tonumber(ARGV[9]) or 0
 
 local rec = rcall('HMGET', hold_key, 'state', 'key', 'month', 'day')
 local state, key_id, month, day = rec[1], rec[2], rec[3], rec[4]
@@ -60,6 +62,7 @@ for _, dim in ipairs({'key|' .. key_id, 'model|' .. model, 'total|*'}) do
   rcall('HINCRBY', usage, dim .. '|prompt_tokens', prompt)
   rcall('HINCRBY', usage, dim .. '|completion_tokens', completion)
   rcall('HINCRBY', usage, dim .. '|cost', cost)
+  if cached > 0 then rcall('HINCRBY', usage, dim .. '|cached_tokens', cached) end
 end
 rcall('PEXPIRE', usage, usage_ttl_ms)
 

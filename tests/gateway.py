@@ -7,7 +7,7 @@ import threading
 from pathlib import Path
 
 from tests.procs import free_port
-from upgate import accounts, catalog, keys, money, store
+from upgate import accounts, catalog, catalog_store, keys, money, store
 from upgate.settings import Settings
 from upgate.upstream.providers import Provider
 
@@ -88,7 +88,7 @@ def seed(redis_url: str, *, balance: str = "1000", phone: str = "09121234567", *
 
 def load_catalog(redis_url: str) -> None:
     client = store.connect_sync(redis_url)
-    catalog.store(client, catalog.parse(CATALOG.read_text(), {"mock", "dead"}))
+    catalog_store.store(client, catalog.parse(CATALOG.read_text(), {"mock", "dead"}))
 
 
 def test_settings(redis_url: str, **overrides) -> Settings:

@@ -1,4 +1,4 @@
-"""upgate/catalog.py: id shape, file validation, the atomic swap, and the per-node copy."""
+"""upgate/catalog.py, catalog_store.py, catalog_cache.py: id shape, file validation, the atomic swap, and the per-node copy."""
 from __future__ import annotations
 
 import asyncio
@@ -11,8 +11,9 @@ import pytest
 import redis
 import redis.asyncio as aioredis
 
-from upgate import catalog, keyspace, store
-from upgate.catalog import Catalog, CatalogError, check_allowed, model_record, parse, valid_id
+from upgate import catalog_store, keyspace, store
+from upgate.catalog import CatalogError, Model, check_allowed, model_record, parse, valid_id
+from upgate.catalog_cache import Catalog
 from upgate.errors import GatewayError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -201,7 +202,7 @@ def test_file_level_refusals(text, match):
 
 
 def test_example_files_in_the_repo_load():
-    ms = catalog.read_file(ROOT / "catalog.example.toml", ROOT / "providers.example.toml")
+    ms = catalog_store.read_file(ROOT / "catalog.example.toml", ROOT / "providers.example.toml")
     ids = {m.id for m in ms}
     assert any(m.free for m in ms) and any(m.online for m in ms)
     assert any("embeddings" in m.capabilities for m in ms)
@@ -215,11 +216,11 @@ def test_read_file_prefixes_the_path_and_checks_providers(tmp_path):
     prov = tmp_path / "p.toml"
     prov.write_text('[providers.acme]\nbase_url = "http://127.0.0.1:1/v1"\n')
     with pytest.raises(CatalogError, match=rf"^{f}: entry 1 \(acme/chat-1\): provider 'ghost'"):
-        catalog.read_file(f, prov)
+        catalog_store.read_file(f, prov)
     with pytest.raises(CatalogError, match="providers file not found"):
-        catalog.read_file(f, tmp_path / "missing.toml")
+        catalog_store.read_file(f, tmp_path / "missing.toml")
     with pytest.raises(CatalogError, match="catalog file not found"):
-        catalog.read_file(tmp_path / "none.toml", prov)
+        catalog_store.read_file(tmp_path / "none.toml", prov)
 
 
 # ---- records and rules ----------------------------------------------------------------------
@@ -233,8 +234,29 @@ def test_model_record_shape_and_svc_pricing():
         "capabilities": ["chat"],
         "svc_pricing": {"prompt_toman_per_million": "15000.000000",
                         "completion_toman_per_million": "60000.000000",
-                        "request_toman": "1.000000", "web_search_toman": "25.500000"},
+                        "request_toman": "1.000000", "web_search_toman": "25.500000",
+                        # unset cache prices are the prompt price
+                        "cached_prompt_toman_per_million": "15000.000000",
+                        "cache_write_toman_per_million": "15000.000000"},
     }
+
+
+def test_cache_prices_are_optional_decimals():
+    text = entry(cached_prompt_toman_per_million="1500.5")
+    m = parse(text, PROVIDERS)[0]
+    assert m.cached_prompt_toman_per_million == Decimal("1500.5")
+    assert m.cache_write_toman_per_million is None
+    assert m.price("cache_write_toman_per_million") == m.prompt_toman_per_million
+    p = model_record(m, 0)["svc_pricing"]
+    assert p["cached_prompt_toman_per_million"] == "1500.500000"
+    assert p["cache_write_toman_per_million"] == "15000.000000"
+    # the stored form keeps "unset" apart from "set to the prompt price"
+    assert m.to_json()["cache_write_toman_per_million"] is None
+    assert Model.from_json(m.to_json()) == m
+    with pytest.raises(CatalogError, match="cache_write_toman_per_million must be a decimal string"):
+        parse(entry(cache_write_toman_per_million=_Raw("0.5")), PROVIDERS)
+    with pytest.raises(CatalogError, match="must not be negative"):
+        parse(entry(cached_prompt_toman_per_million="-1"), PROVIDERS)
 
 
 def test_owned_by_is_the_id_prefix_not_the_route():
@@ -258,13 +280,13 @@ def test_check_allowed():
 def test_store_and_read_round_trip(redis_url, r):
     client = store.connect_sync(redis_url)
     t0 = float(r.time()[0])
-    version, updated = catalog.replace(client, parse(GOOD, PROVIDERS))
+    version, updated = catalog_store.replace(client, parse(GOOD, PROVIDERS))
     assert version == "1" and abs(updated - t0) < 5
-    v, at, ms = catalog.read(client)
+    v, at, ms = catalog_store.read(client)
     assert v == "1" and at == updated
     assert {m.id: m for m in ms} == models_by_id()  # exact, Decimals included
-    assert catalog.store(client, parse(entry(), PROVIDERS)) == "2"
-    assert [m.id for m in catalog.read(client)[2]] == ["acme/chat-1"]
+    assert catalog_store.store(client, parse(entry(), PROVIDERS)) == "2"
+    assert [m.id for m in catalog_store.read(client)[2]] == ["acme/chat-1"]
     # no staging hash is left behind, and the catalog itself never expires
     assert sorted(r.keys("{catalog}*")) == sorted([keyspace.CATALOG, keyspace.CATALOG_META])
     assert r.ttl(keyspace.CATALOG) == -1
@@ -277,7 +299,7 @@ def test_store_publishes_the_swap(redis_url):
     sub = redis.Redis.from_url(redis_url).pubsub()
     sub.subscribe(keyspace.CHANNEL)
     assert sub.get_message(timeout=2)["type"] == "subscribe"
-    version = catalog.store(client, parse(GOOD, PROVIDERS))
+    version = catalog_store.store(client, parse(GOOD, PROVIDERS))
     msg = sub.get_message(timeout=2)
     assert orjson.loads(msg["data"]) == {"t": "catalog", "version": version}
     sub.close()
@@ -290,19 +312,19 @@ def test_refused_load_leaves_the_previous_catalog(redis_url, r, tmp_path):
     prov = tmp_path / "p.toml"
     prov.write_text('[providers.acme]\nbase_url = "http://127.0.0.1:1/v1"\n'
                     '[providers.other]\nbase_url = "http://127.0.0.1:1/v1"\n')
-    assert catalog.load_file(client, good, prov) == (6, "1")
+    assert catalog_store.load_file(client, good, prov) == (6, "1")
     before = (r.hgetall(keyspace.CATALOG), r.hgetall(keyspace.CATALOG_META))
     bad = tmp_path / "bad.toml"
     bad.write_text(entry(id="acme/new") + entry(id="acme/x", prompt_toman_per_million="-1"))
     with pytest.raises(CatalogError, match=r"entry 2 \(acme/x\): prompt_toman_per_million"):
-        catalog.load_file(client, bad, prov)
+        catalog_store.load_file(client, bad, prov)
     assert (r.hgetall(keyspace.CATALOG), r.hgetall(keyspace.CATALOG_META)) == before
     assert sorted(r.keys("{catalog}*")) == sorted([keyspace.CATALOG, keyspace.CATALOG_META])
 
 
 def test_memory_store_supports_the_swap(memory_url):
     client = store.connect_sync(memory_url)
-    assert catalog.store(client, parse(GOOD, PROVIDERS)) == "1"
+    assert catalog_store.store(client, parse(GOOD, PROVIDERS)) == "1"
 
     async def go():
         cat = Catalog(store.connect_async(memory_url))
@@ -316,8 +338,8 @@ def test_memory_store_supports_the_swap(memory_url):
 @pytest.mark.cluster
 def test_swap_and_reload_on_a_cluster(cluster_url):
     client = store.connect_sync(cluster_url)
-    catalog.store(client, parse(GOOD, PROVIDERS))
-    version = catalog.store(client, parse(entry(), PROVIDERS))
+    catalog_store.store(client, parse(GOOD, PROVIDERS))
+    version = catalog_store.store(client, parse(entry(), PROVIDERS))
 
     async def go():
         c = store.connect_async(cluster_url)
@@ -364,7 +386,7 @@ def test_before_any_catalog(redis_url):
 
 def test_resolve_visible_alternative(redis_url):
     client = store.connect_sync(redis_url)
-    catalog.store(client, parse(GOOD, PROVIDERS))
+    catalog_store.store(client, parse(GOOD, PROVIDERS))
 
     async def go():
         cat = await _catalog(redis_url)
@@ -399,7 +421,7 @@ def test_alternative_skips_a_hidden_base_model(redis_url):
             + entry(id="acme/embed", capabilities=["embeddings"], completion_toman_per_million="1")
             + entry(id="acme/dear", completion_toman_per_million="900")
             + entry(id="acme/cheap", completion_toman_per_million="800"))
-    catalog.store(store.connect_sync(redis_url), parse(text, PROVIDERS))
+    catalog_store.store(store.connect_sync(redis_url), parse(text, PROVIDERS))
 
     async def go():
         cat = await _catalog(redis_url)
@@ -411,13 +433,13 @@ def test_alternative_skips_a_hidden_base_model(redis_url):
 
 def test_a_node_sees_a_new_catalog_through_the_event(redis_url):
     client = store.connect_sync(redis_url)
-    catalog.store(client, parse(entry(id="acme/old"), PROVIDERS))
+    catalog_store.store(client, parse(entry(id="acme/old"), PROVIDERS))
 
     async def go():
         cat = await _catalog(redis_url)
         await cat.reload()
         assert cat.on_event({"t": "revoke", "key": "x"}) is None  # other events are ignored
-        version = catalog.store(client, parse(entry(id="acme/new"), PROVIDERS))
+        version = catalog_store.store(client, parse(entry(id="acme/new"), PROVIDERS))
         assert cat.resolve("acme/old")  # until the event arrives, the old catalog stays
         task = cat.on_event({"t": "catalog", "version": version})
         assert task is not None
@@ -433,13 +455,13 @@ def test_a_node_sees_a_new_catalog_through_the_event(redis_url):
 
 def test_a_node_sees_a_new_catalog_through_the_poll(redis_url):
     client = store.connect_sync(redis_url)
-    catalog.store(client, parse(entry(id="acme/old"), PROVIDERS))
+    catalog_store.store(client, parse(entry(id="acme/old"), PROVIDERS))
 
     async def go():
         cat = await _catalog(redis_url)
         await cat.reload()
         poller = asyncio.create_task(cat.poll(0.05))
-        version = catalog.store(client, parse(entry(id="acme/new"), PROVIDERS))  # no event seen
+        version = catalog_store.store(client, parse(entry(id="acme/new"), PROVIDERS))  # no event seen
         for _ in range(100):
             if cat.version == version:
                 break
@@ -456,7 +478,7 @@ def test_poll_starts_a_node_that_came_up_before_any_catalog(redis_url):
         await cat.reload()
         poller = asyncio.create_task(cat.poll(0.05))
         assert not cat.loaded
-        catalog.store(store.connect_sync(redis_url), parse(entry(), PROVIDERS))
+        catalog_store.store(store.connect_sync(redis_url), parse(entry(), PROVIDERS))
         for _ in range(100):
             if cat.loaded:
                 break
@@ -471,14 +493,14 @@ def test_reload_never_serves_a_half_loaded_catalog(redis_url):
     """Generation k has k models, all named gen-k: every snapshot a node sees is one whole
     generation, however the loads and reloads interleave."""
     client = store.connect_sync(redis_url)
-    catalog.store(client, parse(entry(id="acme/m0", name="gen-1"), PROVIDERS))
+    catalog_store.store(client, parse(entry(id="acme/m0", name="gen-1"), PROVIDERS))
     stop = threading.Event()
 
     def writer():
         k = 2
         while not stop.is_set():
             text = "".join(entry(id=f"acme/m{i}", name=f"gen-{k}") for i in range(k))
-            catalog.store(client, parse(text, PROVIDERS))
+            catalog_store.store(client, parse(text, PROVIDERS))
             k = k % 40 + 1
 
     async def go():

@@ -11,7 +11,7 @@ import redis
 from click.testing import CliRunner
 
 from admin_cli.main import cli
-from upgate import catalog, keyspace, store
+from upgate import catalog_store, keyspace, store
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -98,7 +98,8 @@ def test_human_output(env):
 
 def test_list_before_any_catalog(env):
     res = invoke("models", "list", "--json")
-    assert json.loads(res.stdout) == {"models": [], "version": None, "prices_updated_at": None}
+    assert json.loads(res.stdout) == {"models": [], "version": None, "prices_updated_at": None,
+                                       "price_syncs": {}}
     assert "no catalog loaded" in invoke("models", "list").stdout
 
 
@@ -164,7 +165,7 @@ def test_example_files_load_through_the_subprocess(redis_url):
     out = json.loads(proc.stdout)
     assert out["version"] == "1" and out["models"] >= 4
     assert proc.stderr == ""  # unset provider keys do not matter when loading a catalog
-    version, _, models = catalog.read(store.connect_sync(redis_url))
+    version, _, models = catalog_store.read(store.connect_sync(redis_url))
     assert version == "1" and len(models) == out["models"]
 
     bad = subprocess.run(
@@ -172,7 +173,7 @@ def test_example_files_load_through_the_subprocess(redis_url):
          "--providers", "no-such-providers.toml"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
     assert bad.returncode == 1 and "--providers" in bad.stderr and "Traceback" not in bad.stderr
-    assert catalog.read(store.connect_sync(redis_url))[0] == "1"
+    assert catalog_store.read(store.connect_sync(redis_url))[0] == "1"
 
 
 # ---- the catalog in force: refusals leave it, a new file replaces it ----------------------------

@@ -19,7 +19,7 @@ from click.testing import CliRunner
 from admin_cli.main import cli
 from tests.gateway import CATALOG, PEPPER, load_catalog, seed
 from tests.procs import free_port, spawn, stop, wait_port
-from upgate import catalog, store
+from upgate import catalog, catalog_store, store
 
 ROOT = Path(__file__).resolve().parents[1]
 SRC = {"PYTHONPATH": str(ROOT)}  # this checkout, not whatever `upgate` is installed
@@ -97,7 +97,7 @@ def test_serve_says_where_it_listens_and_logs_the_catalog_in_force_once(tmp_path
         wait_port(port, timeout=30, proc=proc)
         assert httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=5).status_code == 200
         # a new version is logged once it is swapped in: seen, the start-up ones are all there
-        version = catalog.store(store.connect_sync(redis_url),
+        version = catalog_store.store(store.connect_sync(redis_url),
                                 catalog.parse(CATALOG.read_text(), {"mock", "dead"}))
         deadline = time.time() + 20
         while f"version {version} in force" not in err.read_text() and time.time() < deadline:

@@ -9,7 +9,7 @@ import openai
 import pytest
 
 from tests.gateway import load_catalog, seed
-from upgate import catalog, sizing, store
+from upgate import catalog, catalog_store, sizing, store
 
 HELLO = [{"role": "user", "content": "Hello there, gateway!"}]
 # 0.6 toman a completion token: 2,000 tokens hold 1,200 toman, 4,096 tokens 2,457.6
@@ -36,7 +36,7 @@ capabilities = ["chat"]
 @pytest.fixture
 def gw(redis_url, make_node):
     load_catalog(redis_url)  # (make_node loaded it already; ours replaces it before the node starts)
-    catalog.store(store.connect_sync(redis_url), catalog.parse(CAPPED, {"mock"}))
+    catalog_store.store(store.connect_sync(redis_url), catalog.parse(CAPPED, {"mock"}))
     return make_node()
 
 

@@ -127,8 +127,8 @@ def test_usage_fetch_on_a_cluster(cluster_url, sync):
 
     days = run(cluster_url, body)
     report = usage.report(days, "model")
-    assert report["rows"] == [{"model": "m/a", "requests": 1, "prompt_tokens": 3, "completion_tokens": 4,
-                               "cost_toman": "2.500000"}]
+    assert report["rows"] == [{"model": "m/a", "requests": 1, "prompt_tokens": 3, "cached_tokens": 0,
+                               "completion_tokens": 4, "cost_toman": "2.500000"}]
     assert usage.report(usage.fetch(sync, acct, list(days)), "key")["totals"]["cost_toman"] == "2.500000"
 
 

@@ -15,7 +15,7 @@ import urllib.request
 import openai
 import pytest
 
-from upgate import catalog, keyspace, store
+from upgate import catalog, catalog_store, keyspace, store
 
 KEY = "sk-up-" + "x" * 40  # well-formed, unknown: the models routes need no key
 
@@ -60,7 +60,7 @@ hidden = true
 
 
 def load(redis_url: str, text: str = CATALOG) -> str:
-    return catalog.store(store.connect_sync(redis_url), catalog.parse(text, {"mock", "dead"}))
+    return catalog_store.store(store.connect_sync(redis_url), catalog.parse(text, {"mock", "dead"}))
 
 
 def drop_catalog(redis_url: str) -> None:
@@ -125,6 +125,8 @@ def test_list_and_retrieve_with_the_openai_client(acme_node):
         "completion_toman_per_million": "60000.500000",
         "request_toman": "2.000000",
         "web_search_toman": "0.000000",
+        "cached_prompt_toman_per_million": "15000.000000",  # unset: the prompt price
+        "cache_write_toman_per_million": "15000.000000",
     }
 
     m = c.models.retrieve("acme/chat-1:free")  # the client percent-encodes the slash
@@ -137,6 +139,7 @@ def test_list_and_retrieve_with_the_openai_client(acme_node):
     assert rec["svc_pricing"] == {
         "prompt_toman_per_million": "0.000000", "completion_toman_per_million": "0.000000",
         "request_toman": "0.000000", "web_search_toman": "0.000000",
+        "cached_prompt_toman_per_million": "0.000000", "cache_write_toman_per_million": "0.000000",
     }
     assert c.models.retrieve("acme/embed-1").to_dict()["capabilities"] == ["embeddings"]
 

@@ -23,14 +23,14 @@ DAYS = {
     "1405-02-03": raw({("key", "k2"): (4, 4, 4, 3_000_001), ("model", "acme/embed|x"): (4, 4, 4, 3_000_001),
                        ("total", "*"): (4, 4, 4, 3_000_001)}),
 }
-TOTALS = {"requests": 7, "prompt_tokens": 15, "completion_tokens": 25, "cost_toman": "4.750001"}
+TOTALS = {"requests": 7, "prompt_tokens": 15, "cached_tokens": 0, "completion_tokens": 25, "cost_toman": "4.750001"}
 
 
 def test_report_by_key():
     rep = usage.report(DAYS, "key")
     assert rep["rows"] == [
-        {"key_id": "k2", "requests": 5, "prompt_tokens": 5, "completion_tokens": 5, "cost_toman": "3.250001"},
-        {"key_id": "k1", "requests": 2, "prompt_tokens": 10, "completion_tokens": 20, "cost_toman": "1.500000"},
+        {"key_id": "k2", "requests": 5, "prompt_tokens": 5, "cached_tokens": 0, "completion_tokens": 5, "cost_toman": "3.250001"},
+        {"key_id": "k1", "requests": 2, "prompt_tokens": 10, "cached_tokens": 0, "completion_tokens": 20, "cost_toman": "1.500000"},
     ]
     assert rep["totals"] == TOTALS
 
@@ -44,13 +44,13 @@ def test_report_by_model_keeps_names_with_separators():
 def test_report_by_day_leaves_out_empty_days():
     rep = usage.report(DAYS, "day")
     assert rep["rows"] == [
-        {"day": "1405-02-01", "requests": 3, "prompt_tokens": 11, "completion_tokens": 21, "cost_toman": "1.750000"},
-        {"day": "1405-02-03", "requests": 4, "prompt_tokens": 4, "completion_tokens": 4, "cost_toman": "3.000001"},
+        {"day": "1405-02-01", "requests": 3, "prompt_tokens": 11, "cached_tokens": 0, "completion_tokens": 21, "cost_toman": "1.750000"},
+        {"day": "1405-02-03", "requests": 4, "prompt_tokens": 4, "cached_tokens": 0, "completion_tokens": 4, "cost_toman": "3.000001"},
     ]
 
 
 def test_report_of_nothing_and_of_junk():
-    assert usage.report({}, "key") == {"rows": [], "totals": {"requests": 0, "prompt_tokens": 0,
+    assert usage.report({}, "key") == {"rows": [], "totals": {"requests": 0, "prompt_tokens": 0, "cached_tokens": 0,
                                                               "completion_tokens": 0, "cost_toman": "0.000000"}}
     junk = {"1405-01-01": {"weird": "1", "key|k|bogus": "3", "key|k|requests": "x", "total|*|requests": "2"}}
     assert usage.report(junk, "key")["rows"] == []
@@ -78,8 +78,8 @@ def test_fetch_reads_what_settle_wrote(redis_url, r):
     assert usage.report(fetched, "key") == usage.report(usage.fetch(r, ACCT, [d, "1405-01-01"]), "key")
     by_model = usage.report(fetched, "model")
     assert by_model["rows"] == [
-        {"model": "acme/chat-1", "requests": 2, "prompt_tokens": 14, "completion_tokens": 6, "cost_toman": "1.500000"},
-        {"model": "acme/other", "requests": 1, "prompt_tokens": 7, "completion_tokens": 3, "cost_toman": "0.250000"},
+        {"model": "acme/chat-1", "requests": 2, "prompt_tokens": 14, "cached_tokens": 0, "completion_tokens": 6, "cost_toman": "1.500000"},
+        {"model": "acme/other", "requests": 1, "prompt_tokens": 7, "cached_tokens": 0, "completion_tokens": 3, "cost_toman": "0.250000"},
     ]
     assert by_model["totals"]["cost_toman"] == "1.750000"
     assert usage.report(fetched, "day")["rows"][0]["day"] == d

@@ -1,20 +1,11 @@
-"""The model catalog: ids, prices, capabilities, and the copy every gateway node keeps in memory.
+"""The model catalog's rules: what a model is, how a catalog file is validated, how a model is shown.
 
-Where it lives:
+Pure: no I/O. The operator writes a TOML file (``[[models]]`` entries, amounts as decimal
+strings); ``parse`` validates the *whole* file first, so one bad entry refuses the load.
+Storing it (Redis, atomic swap, version) is ``upgate.catalog_store``; the copy every gateway
+node keeps in memory, reloaded on pub/sub, is ``upgate.catalog_cache``.
 
-- The operator writes a TOML file (``[[models]]`` entries, amounts as decimal strings) and runs
-  ``upgate-admin models load FILE``. ``parse`` validates the *whole* file first; one bad entry
-  refuses the load and the catalog in force stays as it was.
-- ``store`` writes the new catalog to a staging hash, then one Lua call renames it over
-  ``keyspace.CATALOG``, stamps ``prices_updated_at`` from Redis ``TIME``, bumps the version in
-  ``keyspace.CATALOG_META`` and publishes ``{"t": "catalog", "version": v}``. All three keys
-  share the ``{catalog}`` hash tag (one cluster slot), so the swap is atomic everywhere.
-- Every node holds a ``Catalog``: one immutable snapshot read in one Lua call (records and
-  version together) and swapped in by a single assignment, so a request never sees half of
-  one catalog and half of another. It reloads on the pub/sub event and, in case a message
-  was missed, on a version poll.
-
-Resolving a model id (``Catalog.resolve``), in this order:
+Resolving a model id (``catalog_cache.Catalog.resolve``), in this order:
 
 1. A malformed id (no ``<provider>/`` prefix, uppercase, an unknown ``:suffix``) is
    404 ``model_not_found`` even before any catalog was loaded: no catalog could ever hold it.
@@ -23,22 +14,13 @@ Resolving a model id (``Catalog.resolve``), in this order:
 """
 from __future__ import annotations
 
-import asyncio
-import logging
-import os
 import re
 import tomllib
 from dataclasses import dataclass, field
 from decimal import Decimal
 
-import orjson
-
-from upgate import keyspace, money
-from upgate.background import stop_if_cancelled
+from upgate import money
 from upgate.errors import GatewayError
-from upgate.store import text
-
-log = logging.getLogger("upgate.catalog")
 
 # <provider>/<model>[/<more>][:free|:batch|:online], lowercase. Every path segment starts with
 # a letter or digit, so there is no leading, trailing or doubled '/', and no '.'/'..' segment.
@@ -49,8 +31,11 @@ MAX_ID_LENGTH = 200
 CAPABILITIES = frozenset({"chat", "embeddings", "completions"})
 PRICE_FIELDS = ("prompt_toman_per_million", "completion_toman_per_million",
                 "request_toman", "web_search_toman")
+# Prompt tokens the provider reports as read from its cache / written to it; unset = the prompt price.
+CACHE_PRICE_FIELDS = ("cached_prompt_toman_per_million", "cache_write_toman_per_million")
+ALL_PRICE_FIELDS = PRICE_FIELDS + CACHE_PRICE_FIELDS
 _REQUIRED_PRICES = ("prompt_toman_per_million", "completion_toman_per_million")
-_FIELDS = frozenset({"id", "provider", "upstream_model", "name", *PRICE_FIELDS, "capabilities",
+_FIELDS = frozenset({"id", "provider", "upstream_model", "name", *ALL_PRICE_FIELDS, "capabilities",
                      "context_length", "max_output_tokens", "hidden"})
 _DECIMAL = re.compile(r"^[0-9]+(?:\.[0-9]+)?$")
 _ZERO = money.to_decimal(0)
@@ -83,16 +68,24 @@ class Model:
     context_length: int | None = None
     max_output_tokens: int | None = None
     hidden: bool = False
+    cached_prompt_toman_per_million: Decimal | None = None  # None: the prompt price
+    cache_write_toman_per_million: Decimal | None = None  # None: the prompt price
     free: bool = field(init=False)  # id ends with ":free"
     online: bool = field(init=False)  # id ends with ":online"
-    # The four prices as exact integers, for pricing without Decimal on every request:
-    # (prompt, completion) in micro-toman per million tokens, (request, web search) in micro-toman.
-    rates: tuple[int, int, int, int] = field(init=False, repr=False, compare=False)
+    # The prices as exact integers, for pricing without Decimal on every request: (prompt,
+    # completion) in micro-toman per million tokens, (request, web search) in micro-toman,
+    # (cached prompt, cache write) in micro-toman per million tokens.
+    rates: tuple[int, int, int, int, int, int] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "free", self.id.endswith(":free"))
         object.__setattr__(self, "online", self.id.endswith(":online"))
-        object.__setattr__(self, "rates", tuple(_micro(getattr(self, f)) for f in PRICE_FIELDS))
+        object.__setattr__(self, "rates", tuple(_micro(self.price(f)) for f in ALL_PRICE_FIELDS))
+
+    def price(self, name: str) -> Decimal:
+        """A price field in force: an unset cache price is the prompt price."""
+        value = getattr(self, name)
+        return self.prompt_toman_per_million if value is None else value
 
     @property
     def owned_by(self) -> str:
@@ -105,6 +98,8 @@ class Model:
             "id": self.id, "provider": self.provider, "upstream_model": self.upstream_model,
             "name": self.name,
             **{f: money.fmt(money.parse_toman(getattr(self, f))) for f in PRICE_FIELDS},
+            **{f: None if getattr(self, f) is None else money.fmt(money.parse_toman(getattr(self, f)))
+               for f in CACHE_PRICE_FIELDS},
             "capabilities": sorted(self.capabilities),
             "context_length": self.context_length, "max_output_tokens": self.max_output_tokens,
             "hidden": self.hidden,
@@ -115,6 +110,7 @@ class Model:
         return cls(
             id=d["id"], provider=d["provider"], upstream_model=d["upstream_model"], name=d["name"],
             **{f: Decimal(d[f]) for f in PRICE_FIELDS},
+            **{f: Decimal(d[f]) for f in CACHE_PRICE_FIELDS if d.get(f) is not None},
             capabilities=frozenset(d["capabilities"]),
             context_length=d.get("context_length"), max_output_tokens=d.get("max_output_tokens"),
             hidden=bool(d.get("hidden", False)),
@@ -195,15 +191,15 @@ def _entry(index: int, entry: object, provider_names: set[str] | None) -> Model:
         raise CatalogError(f"{where}: provider {provider!r} is not in the providers file (known: {known})")
 
     prices = {}
-    for name in PRICE_FIELDS:
+    for name in ALL_PRICE_FIELDS:
         if name not in entry:
             if name in _REQUIRED_PRICES:
                 raise CatalogError(f'{where}: {name} is required (a decimal string like "15000")')
-            prices[name] = _ZERO
+            prices[name] = None if name in CACHE_PRICE_FIELDS else _ZERO
             continue
         prices[name] = _price(where, name, entry[name])
     if mid.endswith(":free") and any(prices.values()):
-        paid = next(n for n in PRICE_FIELDS if prices[n])
+        paid = next(n for n in ALL_PRICE_FIELDS if prices[n])
         raise CatalogError(f'{where}: {paid} must be "0" for a :free model')
 
     caps = entry.get("capabilities", ["chat"])
@@ -264,6 +260,12 @@ def parse(text: str, provider_names: set[str] | None) -> list[Model]:
     if entries is not None and not isinstance(entries, list):
         raise CatalogError(f"models is {_toml_kind(entries)}; write each model as its own "
                            "[[models]] entry")
+    return validate(entries, provider_names)
+
+
+def validate(entries: list, provider_names: set[str] | None) -> list[Model]:
+    """Validate catalog entries (dicts shaped like ``[[models]]`` tables: a TOML file's, or
+    ``models sync``'s); raise CatalogError at the first refused entry."""
     if not entries:
         raise CatalogError("no [[models]] entries: refusing to load an empty catalog")
     models: list[Model] = []
@@ -275,126 +277,6 @@ def parse(text: str, provider_names: set[str] | None) -> list[Model]:
         first[m.id] = i
         models.append(m)
     return models
-
-
-# ---- the store: atomic replace --------------------------------------------------------------
-
-# Swap the staged catalog in, atomically.
-# Input:  KEYS[1] staging hash (model id → JSON), KEYS[2] the catalog hash, KEYS[3] the meta hash
-#         (all with the {catalog} tag: one slot). ARGV[1] the pub/sub channel.
-# Output: {version, seconds, microseconds} (prices_updated_at is Redis TIME).
-_SWAP = """
-local rcall = redis.call
-local staging, models, meta = KEYS[1], KEYS[2], KEYS[3]
-local channel = ARGV[1]
-local now = rcall('TIME')
-rcall('RENAME', staging, models)
-rcall('PERSIST', models)
-rcall('HSET', meta, 'prices_updated_at', now[1] .. '.' .. string.format('%06d', tonumber(now[2])))
-local version = rcall('HINCRBY', meta, 'version', 1)
-rcall('PUBLISH', channel, '{"t":"catalog","version":"' .. version .. '"}')
-return {version, now[1], now[2]}
-"""
-
-# Read the catalog and its meta in one atomic step.
-# Input:  KEYS[1] the meta hash, KEYS[2] the catalog hash.
-# Output: {meta as a flat field/value list, catalog as a flat id/JSON list}
-_READ = """
-return {redis.call('HGETALL', KEYS[1]), redis.call('HGETALL', KEYS[2])}
-"""
-
-
-def _pairs(flat) -> dict[str, str]:
-    flat = [text(x) for x in flat]
-    return dict(zip(flat[0::2], flat[1::2]))
-
-
-def replace(client, models: list[Model]) -> tuple[str, float]:
-    """Replace the catalog atomically with `models` (already validated by `parse`): stage a
-    new hash, then one Lua call renames it in, stamps prices_updated_at from Redis TIME,
-    bumps the version and publishes the swap. Sync client. Returns (version, prices_updated_at)."""
-    if not models:
-        raise CatalogError("refusing to store an empty catalog")
-    staging = f"{keyspace.CATALOG}:staging:{os.urandom(8).hex()}"
-    pipe = client.pipeline(transaction=False)
-    pipe.hset(staging, mapping={m.id: orjson.dumps(m.to_json()) for m in models})
-    pipe.expire(staging, 600)  # a crash between the two steps leaves nothing behind for long
-    pipe.execute()
-    version, sec, usec = client.eval(_SWAP, 3, staging, keyspace.CATALOG, keyspace.CATALOG_META,
-                                     keyspace.CHANNEL)
-    return text(version), int(sec) + int(usec) / 1_000_000
-
-
-def store(client, models: list[Model]) -> str:
-    """`replace`, returning only the new version."""
-    return replace(client, models)[0]
-
-
-def read_provider_names(providers_path) -> set[str]:
-    """The ``[providers.X]`` names of the providers file (validated by the upstream module
-    when it is available). Raises CatalogError with one line for the operator."""
-    try:
-        from upgate.upstream.providers import ProvidersError, load_providers
-    except ImportError:  # pragma: no cover - the upstream package ships with upgate
-        try:
-            with open(providers_path, "rb") as f:
-                doc = tomllib.load(f)
-        except FileNotFoundError:
-            raise CatalogError(f"providers file not found: {providers_path}") from None
-        except (OSError, tomllib.TOMLDecodeError) as e:
-            raise CatalogError(f"cannot read providers file {providers_path}: {e}") from None
-        table = doc.get("providers")
-        if not isinstance(table, dict) or not table:
-            raise CatalogError(f"providers file {providers_path} has no [providers.NAME] table")
-        return set(table)
-    quiet = logging.getLogger("upgate.upstream")
-    level = quiet.level
-    quiet.setLevel(logging.ERROR)  # an unset API key only matters to the gateway, not here
-    try:
-        return set(load_providers(providers_path))
-    except ProvidersError as e:
-        raise CatalogError(str(e)) from None
-    finally:
-        quiet.setLevel(level)
-
-
-def read_file(path, providers_path) -> list[Model]:
-    """Read and validate a catalog file (nothing is written). `providers_path` None skips the
-    provider-name check. Raises CatalogError: one line, prefixed with the file's path."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-    except FileNotFoundError:
-        raise CatalogError(f"catalog file not found: {path}") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise CatalogError(f"cannot read catalog file {path}: {e}") from None
-    names = read_provider_names(providers_path) if providers_path is not None else None
-    try:
-        return parse(text, names)
-    except CatalogError as e:
-        raise CatalogError(f"{path}: {e}") from None
-
-
-def load_file(client, path, providers_path) -> tuple[int, str]:
-    """Read, validate and store a catalog file: returns (number of models, new version).
-    Nothing is written when the file is refused."""
-    models = read_file(path, providers_path)
-    return len(models), store(client, models)
-
-
-def _decode_snapshot(raw) -> tuple[dict[str, str], list[Model]]:
-    meta_flat, models_flat = raw
-    meta = _pairs(meta_flat)
-    models = [Model.from_json(orjson.loads(v)) for v in _pairs(models_flat).values()]
-    models.sort(key=lambda m: m.id)
-    return meta, models
-
-
-def read(client) -> tuple[str | None, float | None, list[Model]]:
-    """(version, prices_updated_at, models sorted by id, hidden included) — sync client."""
-    meta, models = _decode_snapshot(client.eval(_READ, 2, keyspace.CATALOG_META, keyspace.CATALOG))
-    updated = meta.get("prices_updated_at")
-    return meta.get("version"), float(updated) if updated else None, models
 
 
 # ---- records ------------------------------------------------------------------------------
@@ -410,7 +292,7 @@ def model_record(m: Model, created: int) -> dict:
         "context_length": m.context_length,
         "max_output_tokens": m.max_output_tokens,
         "capabilities": sorted(m.capabilities),
-        "svc_pricing": {f: money.fmt(money.parse_toman(getattr(m, f))) for f in PRICE_FIELDS},
+        "svc_pricing": {f: money.fmt(money.parse_toman(m.price(f))) for f in ALL_PRICE_FIELDS},
     }
 
 
@@ -430,156 +312,7 @@ def check_allowed(allowed: frozenset[str] | None, model_ids: list[str]) -> None:
             raise GatewayError("model_not_allowed", f"This key is not allowed to use the model {mid}.")
 
 
-# ---- the in-memory copy on every node ---------------------------------------------------------
-
-def _not_found(model_id: str) -> GatewayError:
+def not_found(model_id: str) -> GatewayError:
+    """404 model_not_found, with the id shown no longer than any valid id."""
     shown = model_id if len(model_id) <= MAX_ID_LENGTH else model_id[:MAX_ID_LENGTH] + "…"
     return GatewayError("model_not_found", f"The model {shown!r} does not exist.")
-
-
-class _Snapshot:
-    """One catalog version, complete, never mutated: what a node serves between swaps."""
-
-    def __init__(self, version: str, prices_updated_at: float | None, models: list[Model]):
-        self.version = version
-        self.prices_updated_at = prices_updated_at
-        created = int(prices_updated_at or 0)
-        self.all = {m.id: m for m in models}
-        self.visible = [m for m in models if not m.hidden]
-        self.by_id = {m.id: m for m in self.visible}
-        # rendered once per version: the models endpoints never re-render per request
-        records = [model_record(m, created) for m in self.visible]
-        self.list_body = orjson.dumps({"object": "list", "data": records})
-        self.record_bodies = {r["id"]: orjson.dumps(r) for r in records}
-        paid_chat = [m for m in self.visible if not m.free and "chat" in m.capabilities]
-        self.cheapest_paid_chat = min(
-            paid_chat, default=None,
-            key=lambda m: (m.completion_toman_per_million, m.prompt_toman_per_million,
-                           m.request_toman, m.id))
-
-
-class Catalog:
-    """The catalog as one gateway node sees it (asyncio). Swaps happen by one assignment."""
-
-    def __init__(self, client):
-        self.client = client
-        self._snap: _Snapshot | None = None
-        self._task: asyncio.Task | None = None
-        self._again = False
-
-    # state
-    @property
-    def loaded(self) -> bool:
-        return self._snap is not None
-
-    @property
-    def version(self) -> str | None:
-        return self._snap.version if self._snap else None
-
-    @property
-    def prices_updated_at(self) -> float | None:
-        return self._snap.prices_updated_at if self._snap else None
-
-    # loading
-    async def reload(self) -> None:
-        """Read the whole catalog in one atomic step and swap it in at once. A store without a
-        catalog leaves the current one in force. Redis errors propagate to the caller."""
-        raw = await self.client.eval(_READ, 2, keyspace.CATALOG_META, keyspace.CATALOG)
-        meta, models = _decode_snapshot(raw)
-        version = meta.get("version")
-        if version is None or not models:
-            if self._snap is not None:
-                log.warning("the store holds no catalog; keeping version %s", self._snap.version)
-            return
-        updated = meta.get("prices_updated_at")
-        self._snap = _Snapshot(version, float(updated) if updated else None, models)
-        log.info("catalog version %s in force: %d models", version, len(models))
-
-    def on_event(self, msg: dict) -> asyncio.Task | None:
-        """A pub/sub message: `{"t": "catalog"}` schedules a reload; other types are ignored.
-        Reloads coalesce: while one runs, further events make it run once more."""
-        if not isinstance(msg, dict) or msg.get("t") != "catalog":
-            return None
-        if self._task is not None and not self._task.done():
-            self._again = True
-            return self._task
-        self._task = asyncio.get_running_loop().create_task(self._reload_soon())
-        return self._task
-
-    async def _reload_soon(self) -> None:
-        while True:
-            self._again = False
-            try:
-                await self.reload()
-            except Exception as e:  # the poll loop is the backstop
-                log.warning("catalog reload failed (%s); will retry on the next poll", type(e).__name__)
-                return
-            if not self._again:
-                return
-
-    async def poll(self, interval_s: float) -> None:
-        """Belt and braces: every `interval_s`, one HGET of the version; reload when it moved
-        (a pub/sub message missed while the subscription was down)."""
-        while True:
-            await asyncio.sleep(interval_s)
-            stop_if_cancelled()
-            try:
-                remote = await self.client.hget(keyspace.CATALOG_META, "version")
-                if remote is not None and text(remote) != self.version:
-                    await self.reload()
-            except asyncio.CancelledError:
-                raise
-            except Exception as e:
-                log.warning("catalog version poll failed (%s)", type(e).__name__)
-
-    # lookups
-    def _require(self) -> _Snapshot:
-        snap = self._snap
-        if snap is None:
-            raise GatewayError("pricing_unavailable")
-        return snap
-
-    def _lookup(self, model_id: str) -> tuple[_Snapshot, Model]:
-        if not valid_id(model_id):
-            raise _not_found(str(model_id))
-        snap = self._require()
-        model = snap.by_id.get(model_id)
-        if model is None:
-            raise _not_found(model_id)
-        return snap, model
-
-    def resolve(self, model_id: str) -> Model:
-        """The visible model for `model_id`: 404 model_not_found for a malformed id (even
-        before any catalog), 503 pricing_unavailable before any catalog, 404 for an unknown
-        or hidden id."""
-        return self._lookup(model_id)[1]
-
-    def get(self, model_id: str) -> Model | None:
-        """Any model of the catalog in force, hidden ones included (None when absent)."""
-        snap = self._snap
-        return snap.all.get(model_id) if snap else None
-
-    def visible(self) -> list[Model]:
-        snap = self._snap
-        return list(snap.visible) if snap else []
-
-    def alternative_for(self, free_model: Model) -> Model | None:
-        """A visible paid model to suggest with free_quota_exceeded: the same id without
-        ":free" when it exists, else the cheapest visible paid chat model."""
-        snap = self._snap
-        if snap is None:
-            return None
-        if free_model.id.endswith(":free"):
-            same = snap.by_id.get(free_model.id[: -len(":free")])
-            if same is not None and not same.free:
-                return same
-        return snap.cheapest_paid_chat
-
-    def list_json(self) -> bytes:
-        """The GET /v1/models body, rendered once per catalog version."""
-        return self._require().list_body
-
-    def record_json(self, model_id: str) -> bytes:
-        """The GET /v1/models/{id} body (same resolution rules as `resolve`)."""
-        snap, model = self._lookup(model_id)
-        return snap.record_bodies[model.id]

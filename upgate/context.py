@@ -14,7 +14,7 @@ import orjson
 from upgate import keyspace, store
 from upgate.auth import Auth
 from upgate.background import stop_if_cancelled
-from upgate.catalog import Catalog
+from upgate.catalog_cache import Catalog
 from upgate.ledger import STORE_ERRORS, Ledger
 from upgate.access_log import AccessLog
 from upgate.metrics import Metrics, observe

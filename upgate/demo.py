@@ -6,7 +6,7 @@ import asyncio
 import secrets
 from importlib import resources
 
-from upgate import accounts, catalog, keys, money, store
+from upgate import accounts, catalog, catalog_store, keys, money, store
 from upgate import mock_upstream
 from upgate.server import bind, serve_forever, use_uvloop
 from upgate.settings import Settings
@@ -19,7 +19,7 @@ def setup(redis_url: str, pepper: str) -> dict:
     """Load the demo catalog, create the account and key; returns what the banner prints."""
     client = store.connect_sync(redis_url)
     text = resources.files("upgate").joinpath("demo_catalog.toml").read_text(encoding="utf-8")
-    catalog.store(client, catalog.parse(text, {"mock"}))
+    catalog_store.store(client, catalog.parse(text, {"mock"}))
     account_id = accounts.create_account(client, "09120000000", money.parse_toman(DEMO_BALANCE))
     key, key_id, _prefix = keys.create_key(client, pepper, account_id, name="demo")
     return {"account_id": account_id, "key": key, "key_id": key_id}

@@ -253,14 +253,18 @@ class Ledger:
                 keyspace.streams(account_id))
 
     async def settle(self, account_id: str, hold_id: str, *, key_id: str, model: str, cost_micro: int,
-                     prompt_tokens: int, completion_tokens: int, cooldown_reset: str | None = None) -> bool:
+                     prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0,
+                     cooldown_reset: str | None = None) -> bool:
         """Charge the real cost and close the hold (lua/settle.lua). False when the hold was already
-        settled or released. Store failures are retried, then journaled (True: it will apply)."""
+        settled or released. Store failures are retried, then journaled (True: it will apply).
+        `cached_tokens` (part of `prompt_tokens`) is counted in the day's usage aggregates."""
         cost_micro, prompt_tokens, completion_tokens = int(cost_micro), int(prompt_tokens), int(completion_tokens)
         if cost_micro < 0 or prompt_tokens < 0 or completion_tokens < 0:
             raise ValueError("cost and token counts must not be negative")
         money.check_range(cost_micro)
-        calls = [self._settle_call(account_id, hold_id, model, cost_micro, prompt_tokens, completion_tokens)]
+        cached_tokens = max(0, min(int(cached_tokens), prompt_tokens))
+        calls = [self._settle_call(account_id, hold_id, model, cost_micro, prompt_tokens, completion_tokens,
+                                   cached_tokens)]
         if cooldown_reset and self._strikes.get(cooldown_reset):
             calls.append(self._cooldown_call("reset", cooldown_reset))
         for attempt in range(SETTLE_RETRIES):
@@ -275,9 +279,11 @@ class Ledger:
                     continue
                 log.warning("settlement of hold %s failed (%s); journaled for replay", hold_id, type(e).__name__)
                 try:
-                    await self._journal({"a": account_id, "h": hold_id, "k": key_id, "m": model,
-                                         "c": cost_micro, "p": prompt_tokens, "q": completion_tokens,
-                                         "t": int(time.time())})
+                    entry = {"a": account_id, "h": hold_id, "k": key_id, "m": model,
+                             "c": cost_micro, "p": prompt_tokens, "q": completion_tokens, "t": int(time.time())}
+                    if cached_tokens:
+                        entry["x"] = cached_tokens  # cached prompt tokens, for the usage report
+                    await self._journal(entry)
                 except OSError as j:
                     log.error("settlement of hold %s (account %s) NOT recorded: the store is unreachable "
                               "and the journal could not be written (%s: %s); charge %d micro-toman "
@@ -289,10 +295,12 @@ class Ledger:
             self._cooldown_result(cooldown_reset, results[1])
         return int(results[0][0]) > 0
 
-    def _settle_call(self, account_id, hold_id, model, cost_micro, prompt_tokens, completion_tokens):
+    def _settle_call(self, account_id, hold_id, model, cost_micro, prompt_tokens, completion_tokens,
+                     cached_tokens=0):
         return (self._settle, self._finish_keys(account_id, hold_id),
                 (hold_id, cost_micro, prompt_tokens, completion_tokens, model,
-                 keyspace.key_record(account_id, ""), keyspace.usage(account_id, ""), USAGE_TTL_MS))
+                 keyspace.key_record(account_id, ""), keyspace.usage(account_id, ""), USAGE_TTL_MS,
+                 cached_tokens))
 
     async def release(self, account_id: str, hold_id: str, *, credit_free: bool = False,
                       strike: str | None = None) -> bool:
@@ -509,7 +517,8 @@ class Ledger:
                     continue
                 try:
                     e = orjson.loads(raw)
-                    call = self._settle_call(e["a"], e["h"], e["m"], int(e["c"]), int(e["p"]), int(e["q"]))
+                    call = self._settle_call(e["a"], e["h"], e["m"], int(e["c"]), int(e["p"]), int(e["q"]),
+                                             int(e.get("x", 0)))
                 except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
                     log.error("journal: unreadable line skipped (%d bytes)", len(raw))
                     continue

@@ -19,7 +19,9 @@ unknown fields unchanged), over process-wide defaults set with `POST /_mock/conf
   then wait for `POST /_mock/release`), error_after_headers (200 + headers, then the given
   string if any, then an abrupt close), garbage (200 with a non-JSON body; a string sets
   it), no_usage, echo (the received body comes back under `mock_echo`), tool_calls (answer
-  with a call of the first tool, its arguments spread over the chunks).
+  with a call of the first tool, its arguments spread over the chunks), cached_tokens N and
+  cache_write_tokens N (reported in usage.prompt_tokens_details), cost (USD, reported as
+  usage.cost like OpenRouter).
 For a non-stream response, cut_after / silence_after act after the headers (N = 0) or
 after half the body (N > 0).
 
@@ -197,8 +199,14 @@ class _Generate(_Base):
             isinstance(usage, dict) and usage.get("include") is True)
 
     def usage(self, prompt: int, completion: int) -> dict:
-        return {"prompt_tokens": prompt, "completion_tokens": completion,
-                "total_tokens": prompt + completion}
+        usage = {"prompt_tokens": prompt, "completion_tokens": completion,
+                 "total_tokens": prompt + completion}
+        details = {f: int(self.opts[f]) for f in ("cached_tokens", "cache_write_tokens") if f in self.opts}
+        if details:  # part of prompt_tokens, as OpenAI and OpenRouter report them
+            usage["prompt_tokens_details"] = details
+        if "cost" in self.opts:  # OpenRouter's usage.cost: USD, a JSON number
+            usage["cost"] = float(self.opts["cost"])
+        return usage
 
     def head(self, prefix: str, obj: str) -> dict:
         return {"id": f"{prefix}-mock{self.state.serial}", "object": obj,

@@ -13,7 +13,8 @@ catalog's `max_output_tokens` for the model (it cannot produce more, and a clien
 any answer it can give must not get a 402; the body still goes upstream unchanged). Embeddings
 hold their input only. With a `models` fallback list every entry is priced, each with its own
 cap, and the most expensive is held. Settle charges the real
-consumption afterwards (``cost_micro``), even above the hold.
+consumption afterwards (``cost_micro``), even above the hold. Holds price every prompt token at
+the full prompt price: cached tokens are known only from the provider's answer.
 
 The prompt estimate is conservative (about three characters a token, rounded up, plus a few
 tokens a message) but bounded: image, audio and file parts count a fixed amount each, never
@@ -21,7 +22,7 @@ their base64 bytes, and the estimate never exceeds the model's context length wh
 """
 from __future__ import annotations
 
-from decimal import ROUND_CEILING, Decimal
+from decimal import ROUND_CEILING, Decimal, localcontext
 
 import orjson
 
@@ -163,11 +164,13 @@ def _fee_micro(toman) -> int:
     return int((Decimal(toman) * money.MICRO).to_integral_value(rounding=ROUND_CEILING))
 
 
-def _price(model, prompt: int, completion: int, web_search: bool) -> int:
+def _price(model, prompt: int, completion: int, web_search: bool, cached: int = 0, write: int = 0) -> int:
     """Exact sum in millionths of a micro-toman (integers only), rounded up once to the next
-    micro-toman."""
-    per_prompt, per_completion, request, web = model.rates
-    total = prompt * per_prompt + completion * per_completion + (request + (web if web_search else 0)) * money.MICRO
+    micro-toman. `cached` and `write` are the part of `prompt` read from / written to the
+    provider's prompt cache, each at its own price."""
+    per_prompt, per_completion, request, web, per_cached, per_write = model.rates
+    total = ((prompt - cached - write) * per_prompt + cached * per_cached + write * per_write
+             + completion * per_completion + (request + (web if web_search else 0)) * money.MICRO)
     return max(0, -(-total // money.MICRO))
 
 
@@ -194,7 +197,50 @@ def _limit(model, field: str, default: int) -> int:
     return value if type(value) is int and value > 0 else default
 
 
-def cost_micro(model, prompt_tokens: int, completion_tokens: int, web_search: bool) -> int:
+def cost_micro(model, prompt_tokens: int, completion_tokens: int, web_search: bool,
+               cached_tokens: int = 0, cache_write_tokens: int = 0) -> int:
     """What a served request really costs: tokens at the model's prices, plus its request fee
-    and (when web search was used) its web-search fee, rounded up to the next micro-toman."""
-    return _price(model, max(0, int(prompt_tokens)), max(0, int(completion_tokens)), web_search)
+    and (when web search was used) its web-search fee, rounded up to the next micro-toman.
+    `cached_tokens` / `cache_write_tokens` are part of `prompt_tokens` (as OpenAI and
+    OpenRouter report them) and are charged at the model's cached-prompt / cache-write
+    prices; counts beyond the prompt are capped to it."""
+    prompt = max(0, int(prompt_tokens))
+    cached = min(prompt, max(0, int(cached_tokens)))
+    write = min(prompt - cached, max(0, int(cache_write_tokens)))
+    return _price(model, prompt, max(0, int(completion_tokens)), web_search, cached, write)
+
+
+def provider_cost_micro(cost_usd: Decimal, usd_toman: Decimal, markup: Decimal) -> int:
+    """A provider's own reported cost (USD) in micro-toman: cost × rate × markup, rounded up."""
+    with localcontext() as c:
+        c.prec = 60  # exact for any decimal the source and the operator write
+        scaled = Decimal(cost_usd) * Decimal(usd_toman) * Decimal(markup) * money.MICRO
+        return max(0, int(scaled.to_integral_value(rounding=ROUND_CEILING)))
+
+
+_MAX_DETAIL_TOKENS = 100_000_000  # beyond any context window: not a count to bill by
+_MAX_COST_USD = 10_000  # per request: a larger reported cost is not believed
+
+
+def cache_tokens(usage: dict | None) -> tuple[int, int]:
+    """(cached, cache-write) prompt tokens of a provider's usage object
+    (`prompt_tokens_details.cached_tokens` / `cache_write_tokens`); 0 when absent or odd."""
+    details = usage.get("prompt_tokens_details") if isinstance(usage, dict) else None
+    if not isinstance(details, dict):
+        return 0, 0
+    counts = (details.get("cached_tokens"), details.get("cache_write_tokens"))
+    return tuple(v if type(v) is int and 0 <= v <= _MAX_DETAIL_TOKENS else 0 for v in counts)
+
+
+def reported_cost(usage: dict | None) -> Decimal | None:
+    """The cost a provider reports for the request (OpenRouter's `usage.cost`, USD), or None
+    when absent or not a plausible amount."""
+    cost = usage.get("cost") if isinstance(usage, dict) else None
+    if isinstance(cost, bool) or not isinstance(cost, (int, float, str)):
+        return None
+    try:
+        value = Decimal(repr(cost) if isinstance(cost, float) else cost)
+    except ArithmeticError:
+        return None
+    return value if value.is_finite() and 0 <= value <= _MAX_COST_USD else None
+

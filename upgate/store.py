@@ -202,12 +202,13 @@ LIB = "_lib"  # shared helpers prepended to every script that asks for them (Red
 
 
 def _lua_dir():
-    """Installed: package data `upgate.lua`. Source checkout (tests run from the repo root,
-    which shadows the install): the top-level `lua/` beside the package."""
-    try:
-        return resources.files("upgate.lua")
-    except ModuleNotFoundError:
-        return Path(__file__).resolve().parent.parent / "lua"
+    """Source checkout (tests run from the repo root, which shadows the install): the
+    top-level `lua/` beside the package — first, since an editable install maps `upgate.lua`
+    to the checkout it was installed from, not this one. Installed: package data `upgate.lua`."""
+    local = Path(__file__).resolve().parent.parent / "lua"
+    if (local / "settle.lua").is_file():
+        return local
+    return resources.files("upgate.lua")
 
 
 @lru_cache(maxsize=None)

@@ -2,15 +2,15 @@
 
 Each Tehran day of an account has one hash, ``keyspace.usage(account, day)``, whose fields are
 ``<dimension>|<name>|<metric>``: dimension ``key`` (name = key id), ``model`` (name = model id)
-or ``total`` (name ``*``); metric ``requests``, ``prompt_tokens``, ``completion_tokens`` or
-``cost`` (micro-toman). No per-request log and no content exist to read.
+or ``total`` (name ``*``); metric ``requests``, ``prompt_tokens``, ``cached_tokens`` (the part
+of the prompt the provider served from its cache), ``completion_tokens`` or ``cost`` (micro-toman). No per-request log and no content exist to read.
 """
 from __future__ import annotations
 
 from upgate import keyspace, money, store
 
 GROUPS = {"key": "key_id", "model": "model", "day": "day"}
-METRICS = ("requests", "prompt_tokens", "completion_tokens", "cost")
+METRICS = ("requests", "prompt_tokens", "cached_tokens", "completion_tokens", "cost")
 
 
 def _blank() -> dict:
@@ -19,12 +19,13 @@ def _blank() -> dict:
 
 def _render(counts: dict) -> dict:
     return {"requests": counts["requests"], "prompt_tokens": counts["prompt_tokens"],
-            "completion_tokens": counts["completion_tokens"], "cost_toman": money.fmt(counts["cost"])}
+            "cached_tokens": counts["cached_tokens"], "completion_tokens": counts["completion_tokens"], "cost_toman": money.fmt(counts["cost"])}
 
 
 def report(days: dict[str, dict], group_by: str) -> dict:
     """days: Tehran day "YYYY-MM-DD" → that day's raw usage hash (bytes or str). Returns
-    ``{"rows": [{<key_id|model|day>, requests, prompt_tokens, completion_tokens, cost_toman}],
+    ``{"rows": [{<key_id|model|day>, requests, prompt_tokens, cached_tokens, completion_tokens,
+    cost_toman}],
     "totals": {...}}`` with amounts as six-fractional-digit strings. Rows by key or model are
     sorted by cost (highest first), rows by day by date; days without requests are left out."""
     if group_by not in GROUPS:

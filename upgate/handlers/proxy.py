@@ -270,7 +270,7 @@ class ProxyHandler(BaseHandler):
         usage = obj.get("usage") if isinstance(obj.get("usage"), dict) else {}
         prompt = _int(usage.get("prompt_tokens"), sizing.prompt_tokens(body))
         completion = _int(usage.get("completion_tokens"), _tokens(_chars_json(obj)))
-        await self._settle(model, body, prompt, completion)
+        await self._settle(model, body, prompt, completion, usage)
         _as_ours(obj, model)
         self._add_meta(obj, model)
         self.finish(orjson.dumps(obj))
@@ -446,7 +446,7 @@ class ProxyHandler(BaseHandler):
             await self._cut(model, body, chars, None, usage)
             return
         if usage is not None:
-            await self._settle(model, body, *_usage_tokens(usage, body, chars))
+            await self._settle(model, body, *_usage_tokens(usage, body, chars), usage)
             if held is None and meta:  # its usage chunk went out before content that followed
                 held = self._usage_chunk(model, last, usage)
             if held is not None and relay_usage:
@@ -475,7 +475,7 @@ class ProxyHandler(BaseHandler):
         provider's last usage if it reported one, else by what the client was sent."""
         if not self._billed:
             if usage is not None:
-                await self._settle(model, body, *_usage_tokens(usage, body, chars))
+                await self._settle(model, body, *_usage_tokens(usage, body, chars), usage)
             elif chars:
                 await self._settle(model, body, sizing.prompt_tokens(body), _tokens(chars))
             else:
@@ -508,17 +508,26 @@ class ProxyHandler(BaseHandler):
             self._gone = True
 
     # ---- billing
-    async def _settle(self, model, body, prompt: int, completion: int) -> None:
+    async def _settle(self, model, body, prompt: int, completion: int, usage: dict | None = None) -> None:
+        """Charge by the provider's usage: cached prompt tokens at their own prices, or the
+        provider's reported cost where its provider section says bill_by = "provider_cost"."""
         if self._billed:
             return
         self._billed = True
         self.billing = "settled"
-        self.cost_micro = sizing.cost_micro(model, prompt, completion, wants_web_search(body, model.id))
+        cached, write = sizing.cache_tokens(usage)
+        self.cost_micro = sizing.cost_micro(model, prompt, completion, wants_web_search(body, model.id),
+                                            cached, write)
+        provider = self.ctx.providers.get(model.provider)
+        if provider is not None and provider.bill_by == "provider_cost":
+            usd, rate = sizing.reported_cost(usage), self.ctx.catalog.cost_rate(model.provider)
+            if usd is not None and rate is not None:  # else the token prices, as for any provider
+                self.cost_micro = sizing.provider_cost_micro(usd, *rate)
         self.prompt_tokens, self.completion_tokens = prompt, completion
         if not await self.ctx.ledger.settle(
                 self.key.account_id, self.hold.hold_id, key_id=self.key.key_id, model=model.id,
                 cost_micro=self.cost_micro, prompt_tokens=prompt, completion_tokens=completion,
-                cooldown_reset=model.id):
+                cached_tokens=min(cached, prompt), cooldown_reset=model.id):
             # the store knew no such hold (lost in a failover, or closed by something else):
             # the answer went out uncharged, and only the operator can make that right
             log.warning("request %s: the store had no hold %s to settle; %d micro-toman for "

@@ -5,6 +5,7 @@
 base_url = "https://openrouter.ai/api/v1"   # chat/completions, embeddings, completions are appended
 api_key_env = "OPENROUTER_API_KEY"          # the key itself stays in the environment
 dialect = "openrouter"                      # or "openai"
+bill_by = "provider_cost"                   # optional; default "tokens" (docs/prices.md)
 ```
 
 `api_key_env` may be left out for a provider that takes no key (the built-in mock). A key
@@ -23,7 +24,10 @@ from upgate.upstream.dialects import DIALECTS
 
 log = logging.getLogger("upgate.upstream")
 
-_KNOWN_KEYS = frozenset(("base_url", "api_key_env", "dialect"))
+_KNOWN_KEYS = frozenset(("base_url", "api_key_env", "dialect", "bill_by"))
+# "tokens": the catalog's token prices. "provider_cost": the cost the provider reports per
+# request (usage.cost, USD) × the rate and markup of the provider's last `models sync`.
+BILL_BY = ("tokens", "provider_cost")
 
 
 class ProvidersError(Exception):
@@ -37,6 +41,7 @@ class Provider:
     api_key: str | None = field(repr=False)  # never in a repr, so never in a log line
     dialect: str
     available: bool
+    bill_by: str = "tokens"
 
     def url(self, path: str) -> str:
         """`url("chat/completions")` → `<base_url>/chat/completions`."""
@@ -85,6 +90,9 @@ def _provider(path, name: str, conf: object, env: Mapping[str, str]) -> Provider
     if dialect not in DIALECTS:
         raise ProvidersError(
             f"{where} has unknown dialect {dialect!r} (expected one of: {', '.join(DIALECTS)})")
+    bill_by = conf.get("bill_by", "tokens")
+    if bill_by not in BILL_BY:
+        raise ProvidersError(f"{where} bill_by must be one of: {', '.join(BILL_BY)}; got {bill_by!r}")
     key_env = conf.get("api_key_env")
     api_key = None
     available = True
@@ -96,4 +104,4 @@ def _provider(path, name: str, conf: object, env: Mapping[str, str]) -> Provider
             log.warning("provider %s disabled: environment variable %s is not set", name, key_env)
             available = False
     return Provider(name=name, base_url=base_url, api_key=api_key, dialect=dialect,
-                    available=available)
+                    available=available, bill_by=bill_by)
