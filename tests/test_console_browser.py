@@ -19,6 +19,7 @@ import pytest
 
 from tests.console_kit import admin_token
 from tests.gateway import seed
+from upgate import catalog_store, store
 
 CHROMIUM = os.environ.get("UPGATE_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
 if not os.path.exists(CHROMIUM):
@@ -238,10 +239,15 @@ def test_sign_out(console, node, redis_url):
     assert "/admin/login" in c.page.url
 
 
-def test_every_page_at_desktop_and_phone_width(console, node, redis_url):
+def test_every_page_at_desktop_and_phone_width(console, node, redis_url, tmp_path):
     """Screenshots (tests/.screenshots/) of every page, with data in its charts and tables,
     and no console error, failed request or sideways scrolling on any of them."""
     key, account_id, _kid = seed(redis_url, phone="09120001122", name="billing-bot")
+    source = tmp_path / "models.json"  # an upstream list in OpenRouter's shape: the models page's last sync
+    source.write_text('{"data": [{"id": "mock-chat-1", "name": "Mock chat", "pricing": '
+                      '{"prompt": "0.0000015", "completion": "0.000002"}}]}')
+    catalog_store.sync(store.connect_sync(redis_url), str(source), provider="mock", usd_toman="100000",
+                       markup="1.2", confirmed=True)
     for _ in range(3):
         assert chat(node, key).status_code == 200
     token = admin_token(redis_url)
@@ -260,6 +266,7 @@ def test_every_page_at_desktop_and_phone_width(console, node, redis_url):
         c.page.get_by_role("button", name="Create key").click()
         c.shoot("account-new-key")
         c.page.goto("/admin/models")
+        assert "100,000" in c.page.locator("#sync-h + div").inner_text()  # the rate of mock's last sync
         c.shoot("models")
         c.page.goto("/admin/accounts/00000000-0000-4000-8000-000000000000")
         c.shoot("not-found")

@@ -7,7 +7,7 @@ handler, which shows their one-line message.
 """
 from __future__ import annotations
 
-from upgate import accounts, catalog, jalali, keys, usage
+from upgate import accounts, catalog, catalog_store, jalali, keys, usage
 
 try:  # the money of record (branch `money`): until it is merged the pages say so
     from upgate import records, statements, transactions
@@ -69,10 +69,13 @@ def statement_csv(client, account_id: str, month: str | None) -> tuple[str, str]
 
 
 def models_page(client) -> dict:
-    version, updated, items = catalog.read(client)
+    """What `upgate-admin models list` shows: the catalog in force and each provider's last
+    price sync."""
+    version, updated, items = catalog_store.read(client)
     created = int(updated or 0)
     return {"version": version, "prices_updated_at": updated,
-            "models": [catalog.admin_record(m, created) for m in items]}
+            "models": [catalog.admin_record(m, created) for m in items],
+            "price_syncs": catalog_store.read_syncs(client)}
 
 
 def overview(client) -> dict:
