@@ -16,13 +16,13 @@ from upgate.settings import SettingsError, from_env
 def refusals():
     """Turn the library's refusals (one-line ValueError subclasses) into `Refused`:
     exit 1, one line on stderr, no traceback."""
-    from upgate import keys
+    from upgate import keys, records
 
     from admin_cli.main import store_hint
 
     try:
         yield
-    except (accounts.UnknownAccount, keys.UnknownKey) as e:
+    except (accounts.UnknownAccount, keys.UnknownKey, records.UnknownRequest) as e:
         raise Refused(f"{e}; {store_hint()}") from None
     except (accounts.AccountError, keys.KeyAdminError, SettingsError) as e:
         raise Refused(str(e)) from None
@@ -62,8 +62,8 @@ def _account_json(v: dict, default_quota: int) -> dict:
 
 @click.group()
 def account() -> None:
-    """Accounts and their wallets (toman): create, topup, show, list, suspend, resume,
-    set-free-quota.
+    """Accounts and their wallets (toman): create, topup, adjust, transactions, statement,
+    show, list, suspend, resume, set-free-quota.
 
     \b
     Example:
@@ -91,27 +91,113 @@ def create(phone: str, balance: str, as_json: bool) -> None:
     emit({"account_id": acct}, message=f"created account {acct}")
 
 
+def _txn_table(title: str, txns: list[dict]):
+    t = table(title, ["time", "kind", "amount", "balance after", "ref", "note", "actor", "id"],
+              [[x["time"], x["kind"], x["amount_toman"], x["balance_after_toman"], x["ref"],
+                x["note"], x["actor"], x["id"]] for x in txns])
+    for column in t.columns:  # ids and amounts must never be cut short
+        column.overflow = "fold"
+    return t
+
+
+def _credited(result: dict, acct: str) -> None:
+    txn = result["transaction"]
+    word = "already recorded (replayed, nothing changed)" if result["replayed"] else "recorded"
+    emit(result, message=f"account {acct}: {txn['kind']} of {txn['amount_toman']} toman {word} "
+                         f"as {txn['id']}, balance {result['balance_toman']} toman")
+
+
+@contextmanager
+def _durable():
+    from upgate import transactions
+
+    try:
+        yield
+    except transactions.NotDurable as e:
+        raise Refused(str(e)) from None
+
+
 @account.command("topup", context_settings={"ignore_unknown_options": True})
 @click.argument("account_id")
 @click.argument("amount")
+@click.option("--ref", metavar="REF", help="The payment's reference (≤128 printable characters): "
+              "the same ref again changes nothing, so a retry is safe.")
+@click.option("--note", metavar="TEXT", help="Why, for whoever reads the transactions later.")
 @json_option
-def topup(account_id: str, amount: str, as_json: bool) -> None:
-    """Add AMOUNT toman to the wallet in one atomic step. A negative AMOUNT is an
-    adjustment (the balance may go below zero). Refused beyond ±2^53 micro-toman.
+def topup(account_id: str, amount: str, ref: str | None, note: str | None, as_json: bool) -> None:
+    """Record AMOUNT toman the customer paid (a `topup` transaction), atomically with the
+    balance change. Give the payment gateway's reference as --ref: a repeated call with the
+    same ref answers the first transaction (replayed) and credits nothing. A negative AMOUNT
+    is recorded as an adjustment (kept for old scripts; prefer `account adjust`).
 
     \b
     Examples:
-      upgate-admin account topup 2f0c6a1e-… 100000
-      upgate-admin account topup 2f0c6a1e-… -2500.5 --json
+      upgate-admin account topup 2f0c6a1e-… 100000 --ref zp-A0000012345
+      upgate-admin account topup 2f0c6a1e-… 100000 --ref zp-A0000012345 --json
     """
-    with refusals():
-        amount_micro = accounts.parse_amount(amount, allow_negative=True)
+    from upgate import transactions
+
+    with refusals(), _durable():
         acct = accounts.normalize_id(account_id)
-        balance = accounts.topup(_client(), acct, amount_micro)
-    emit({"account_id": acct, "amount_toman": money.fmt(amount_micro),
-          "balance_toman": money.fmt(balance)},
-         message=f"account {acct}: {money.fmt(amount_micro)} toman applied, "
-                 f"balance {money.fmt(balance)} toman")
+        result = transactions.topup(_client(), acct, amount, ref=ref, note=note)
+    _credited(result, acct)
+
+
+@account.command("adjust", context_settings={"ignore_unknown_options": True})
+@click.argument("account_id")
+@click.argument("amount")
+@click.option("--note", metavar="TEXT", required=True, help="Why (required).")
+@click.option("--ref", metavar="REF", help="A reference that makes the call idempotent.")
+@json_option
+def adjust(account_id: str, amount: str, note: str, ref: str | None, as_json: bool) -> None:
+    """Record a credit (AMOUNT > 0) or a debit (AMOUNT < 0) that is not a payment: a refund
+    of a bad answer, a correction. The balance may go below zero.
+
+    \b
+    Examples:
+      upgate-admin account adjust 2f0c6a1e-… 5000 --note "refund: outage 1405-09-02"
+      upgate-admin account adjust 2f0c6a1e-… -2500 --note "duplicate credit" --ref fix-17
+    """
+    from upgate import transactions
+
+    with refusals(), _durable():
+        acct = accounts.normalize_id(account_id)
+        result = transactions.adjust(_client(), acct, amount, note=note, ref=ref)
+    _credited(result, acct)
+
+
+def _csv_out(fields, rows: list[dict]) -> None:
+    import csv
+    import io
+
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=list(fields), extrasaction="ignore", lineterminator="\n")
+    w.writeheader()
+    for row in rows:
+        w.writerow(row)
+    click.echo(buf.getvalue(), nl=False)
+
+
+@account.command("transactions")
+@click.argument("account_id")
+@click.option("--month", metavar="YYYY-MM", help="Only this Jalali month (Tehran time).")
+@click.option("--csv", "as_csv", is_flag=True, help="CSV: a header row, then one row each.")
+@json_option
+def transactions_(account_id: str, month: str | None, as_csv: bool, as_json: bool) -> None:
+    """The account's transactions (opening, top-ups, adjustments), newest first.
+
+    \b
+    Example:
+      upgate-admin account transactions 2f0c6a1e-… --month 1405-09 --csv
+    """
+    from upgate import transactions
+
+    with refusals():
+        txns = transactions.list_transactions(_client(), account_id, month=month)
+    if as_csv and not as_json:
+        _csv_out(transactions.CSV_FIELDS, txns)
+        return
+    emit({"transactions": txns}, table=_txn_table(f"{len(txns)} transactions", txns))
 
 
 @account.command("show")
@@ -230,3 +316,30 @@ def set_free_quota(account_id: str, n: str, as_json: bool) -> None:
     emit({"account_id": acct, "free_quota": effective, "free_quota_is_default": quota is None},
          message=f"account {acct}: free quota {effective} requests per day"
                  + (" (the default)" if quota is None else ""))
+
+
+@account.command("statement")
+@click.argument("account_id")
+@click.option("--month", metavar="YYYY-MM", help="Jalali month (default: the current Tehran month).")
+@click.option("--csv", "as_csv", is_flag=True, help="CSV: opening balance, transactions and daily "
+              "charges in date order, closing balance.")
+@json_option
+def statement(account_id: str, month: str | None, as_csv: bool, as_json: bool) -> None:
+    """One Jalali month of the account: opening balance, top-ups, adjustments, charges, closing
+    balance (closing = opening + topups + adjustments − charges, to the micro-toman).
+
+    \b
+    Example:
+      upgate-admin account statement 2f0c6a1e-… --month 1405-09 --csv > 1405-09.csv
+    """
+    from upgate import statements
+
+    with refusals():
+        st = statements.statement(_client(), account_id, month)
+    if as_csv and not as_json:
+        click.echo(statements.to_csv(st), nl=False)
+        return
+    summary = {k: st[k] for k in ("account_id", "month", "opening_balance_toman", "topups_toman",
+                                  "adjustments_toman", "charges_toman", "closing_balance_toman",
+                                  "requests")}
+    emit(st, table=kv_table(f"statement {st['month']}", summary))

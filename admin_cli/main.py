@@ -21,13 +21,27 @@ from upgate import store
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
 
 
+# Commands that only read: every other one writes, and refuses a store that may evict keys
+READ_ONLY = frozenset(("show", "list", "usage", "statement", "transactions", "audit", "requests", "find"))
+
+
 def redis_client():
-    """The store named by UPGATE_REDIS_URL (the same one the gateway uses)."""
+    """The store named by UPGATE_REDIS_URL (the same one the gateway uses). A writing command
+    refuses a store that may evict keys (upgate/store_policy.py)."""
+    from upgate import store_policy
+
     url = os.environ.get("UPGATE_REDIS_URL") or DEFAULT_URL
     try:
-        return store.connect_sync(url)
+        client = store.connect_sync(url)
     except ValueError as e:  # redis-py's URL parser: bad scheme, port, query option
         raise Refused(f"UPGATE_REDIS_URL is malformed: {e}") from None
+    ctx = click.get_current_context(silent=True)
+    if ctx is None or ctx.info_name not in READ_ONLY:
+        try:
+            store_policy.check(client, url)
+        except store_policy.EvictingStore as e:
+            raise Refused(str(e)) from None
+    return client
 
 
 def store_hint() -> str:
@@ -96,14 +110,16 @@ def cli(ctx: click.Context, as_json: bool) -> None:
 def _register() -> None:
     import importlib
 
-    for name in ("account", "key", "models", "usage"):
+    for name, attrs in (("account", ("account",)), ("key", ("key",)), ("models", ("models",)),
+                        ("usage", ("usage",)), ("audit", ("audit",)), ("requests", ("requests", "request"))):
         try:
             mod = importlib.import_module(f"admin_cli.{name}")
         except ModuleNotFoundError as e:  # a noun not built yet
             if e.name != f"admin_cli.{name}":
                 raise
             continue
-        cli.add_command(getattr(mod, name))
+        for attr in attrs:
+            cli.add_command(getattr(mod, attr))
 
 
 _register()

@@ -33,16 +33,71 @@ local function clock_ms(injected)
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
+-- An account from before transactions were recorded has no `credited` field: give it an honest
+-- opening transaction equal to its balance now (an adjustment when negative; none when zero)
+-- and start both lifetime counters there, so balance == credited - charged from now on.
+-- `record_json`: the transaction's {"id", "ref", "note", "actor"} (upgate/transactions.py).
+local function migrate(wallet, txns, now, record_json)
+  if rcall('HEXISTS', wallet, 'credited') == 1 then
+    return
+  end
+  local balance = rcall('HGET', wallet, 'balance') or '0'
+  rcall('HSET', wallet, 'credited', balance, 'charged', '0')
+  local n = tonumber(balance)
+  if n ~= 0 then
+    local kind = n > 0 and 'opening' or 'adjustment'
+    rcall('RPUSH', txns, istr(now) .. '|' .. kind .. '|' .. balance .. '|' .. balance .. '|' .. record_json)
+  end
+end
+
+-- Keep a request's record (settle.lua, release.lua): add it to the account's records (sorted
+-- set by time), file its id in that UTC day's request index (a hash in the account's slot whose
+-- name is index_prefix .. day number, expiring keep_ms after its day), and drop what is past
+-- the retention: records older than keep_ms (the index days expire on their own) and, at most
+-- 64 a call, the oldest beyond `max` with their index entries. `record` = "" keeps nothing.
+local DAY_MS = 86400000
+
+-- A reaped hold's record kept by settle/release is replaced by the request's full one.
+local function drop_reaped_record(hold_key, records)
+  local old = rcall('HGET', hold_key, 'record')
+  if old then
+    rcall('ZREM', records, old)
+  end
+end
+local function keep_record(records, index_prefix, account_id, request_id, record, now, keep_ms, max)
+  if record == '' then
+    return
+  end
+  local day = math.floor(now / DAY_MS)
+  local index = index_prefix .. istr(day)
+  rcall('ZADD', records, istr(now), record)
+  rcall('HSET', index, request_id, account_id .. '|' .. istr(now))
+  rcall('PEXPIREAT', index, istr((day + 1) * DAY_MS + keep_ms))
+  rcall('PEXPIRE', records, istr(keep_ms))
+  rcall('ZREMRANGEBYSCORE', records, '-inf', '(' .. istr(now - keep_ms))
+  local over = rcall('ZCARD', records) - max
+  if over > 0 then
+    for _, old in ipairs(rcall('ZRANGE', records, 0, math.min(over, 64) - 1)) do
+      local id, t = string.match(old, '^%["([^"]*)",(%d+)')
+      if id then
+        rcall('HDEL', index_prefix .. istr(math.floor(tonumber(t) / DAY_MS)), id)
+      end
+      rcall('ZREM', records, old)
+    end
+  end
+end
+
 -- Release one OPEN hold and charge nothing: its amount leaves the wallet's and the key's
 -- `held`, its stream slot is freed and it leaves the lease index. A `:free` hold may credit its
 -- request back to the free counter of the day it was counted on (`credit` = true).
 -- `final`: 'delete' drops the record (released); 'reaped' keeps it as state=reaped for
 -- keep_ms so a late settle of a request that was in fact served can still charge it.
--- Returns the record fields {state, amount, key, free, stream, month, day}; the caller checks
--- rec[1] == 'open' to know whether anything changed.
+-- Returns the record fields {state, amount, key, free, stream, month, day, rid, model}; the
+-- caller checks rec[1] == 'open' to know whether anything changed.
 local function close_hold(wallet, hold_key, holds, streams, hold_id, key_prefix, free_prefix,
                           credit, final, keep_ms)
-  local rec = rcall('HMGET', hold_key, 'state', 'amount', 'key', 'free', 'stream', 'month', 'day')
+  local rec = rcall('HMGET', hold_key, 'state', 'amount', 'key', 'free', 'stream', 'month', 'day',
+                    'rid', 'model')
   if rec[1] ~= 'open' then
     return rec
   end

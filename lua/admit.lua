@@ -39,6 +39,8 @@
     ARGV[11] account id (the reaper index member)
     ARGV[12] key id (recorded on the hold)
     ARGV[13] now, ms; "0" = Redis TIME
+    ARGV[14] request id ("" = none) and ARGV[15] the model asked for: recorded on the hold, so
+             the reaper can leave a request record for a request whose node died
 
   Output: {code, limit, remaining, reset_ms, retry_after_ms, a, b, c}
     limit/remaining/reset_ms: the X-RateLimit-* values (0, 0, 0 for codes 1 and 2)
@@ -158,6 +160,9 @@ local deadline = now + lease_ms
 rcall('HSET', hold_key, 'state', 'open', 'amount', istr(hold_micro), 'key', key_id,
       'free', is_free and '1' or '0', 'stream', is_stream and '1' or '0',
       'month', month, 'day', day, 'deadline', istr(deadline))
+if ARGV[14] ~= '' then
+  rcall('HSET', hold_key, 'rid', ARGV[14], 'model', ARGV[15])
+end
 rcall('ZADD', holds, istr(deadline), hold_id)
 if is_stream then
   rcall('ZADD', streams, istr(deadline), hold_id)

@@ -15,16 +15,22 @@
     KEYS[2] open holds (zset, hold id → lease deadline ms)     {a:<acct>}:holds
     KEYS[3] stream slots (zset, hold id → lease deadline ms)   {a:<acct>}:streams
     KEYS[4] the reaper's account index (zset, account id → earliest deadline ms)
+    KEYS[5] request records (zset)       {a:<acct>}:reqs
     ARGV[1] account id
     ARGV[2] now, ms; "0" = Redis TIME
     ARGV[3] hold-record prefix   "{a:<acct>}:hold:"
     ARGV[4] key-record prefix    "{a:<acct>}:key:"
     ARGV[5] how long a reaped hold's record is kept, ms
     ARGV[6] at most this many holds per call (the rest stays indexed as due)
+    ARGV[7] request-index prefix, ARGV[8] records kept, ms, ARGV[9] at most this many records
+            (as settle.lua's ARGV[13], [15], [16])
+
+  A released hold that names its request (admit's request id) leaves a request record: status
+  null, code "reaped", cost 0, hold amount; a late settle or release replaces it.
 
   Output: {released, next_deadline_ms}   next_deadline_ms = 0 when no hold is left
 ]]
-local wallet, holds, streams, reap_index = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local wallet, holds, streams, reap_index, records = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local account_id = ARGV[1]
 local now = clock_ms(ARGV[2])
 local hold_prefix, key_prefix = ARGV[3], ARGV[4]
@@ -38,6 +44,14 @@ for _, hold_id in ipairs(due) do
                          false, 'reaped', keep_ms)
   if rec[1] == 'open' then
     released = released + 1
+    if rec[8] then
+      local at = clock_ms(0) -- the record's time is Redis' own even when a test injects `now`
+      local record = '["' .. rec[8] .. '",' .. istr(at) .. ',"' .. (rec[3] or '') .. '",null,"' ..
+        (rec[9] or '') .. '",null,null,' .. (rec[5] == '1' and '1' or '0') .. ',null,"reaped",0,0,0,' ..
+        (rec[2] or '0') .. ',0,null,null]'
+      keep_record(records, ARGV[7], account_id, rec[8], record, at, tonumber(ARGV[8]), tonumber(ARGV[9]))
+      rcall('HSET', hold_prefix .. hold_id, 'record', record)
+    end
   else
     rcall('ZREM', holds, hold_id) -- an index entry without an open record: drop it
     rcall('ZREM', streams, hold_id)

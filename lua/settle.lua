@@ -3,7 +3,8 @@
   settle.lua: a request completed (or was cut part-way after some output): charge its real
   cost, even above the hold (the balance may go negative; the next admit then answers 402),
   give back the hold, free the stream slot, add the cost to the key's `spent:<month of the hold>`
-  and the day's usage aggregates. Idempotent by hold id: a settled or released hold has no
+  and the day's usage aggregates, keep the request's record (no content), and bump the wallet's lifetime `charged` counter (so balance ==
+  credited - charged; see lua/credit.lua). Idempotent by hold id: a settled or released hold has no
   record any more, so a second call changes nothing.
   A hold the reaper already released (its node stalled past the lease, or journaled this
   settlement while the store was unreachable) is still charged: the request was served. Its
@@ -14,6 +15,7 @@
     KEYS[2] the hold's record (hash)     {a:<acct>}:hold:<hold_id>
     KEYS[3] open holds (zset)            {a:<acct>}:holds
     KEYS[4] stream slots (zset)          {a:<acct>}:streams
+    KEYS[5] request records (zset)       {a:<acct>}:reqs
     ARGV[1] hold id
     ARGV[2] cost, micro-toman (integer ≥ 0)
     ARGV[3] prompt tokens
@@ -23,13 +25,20 @@
     ARGV[7] usage prefix        "{a:<acct>}:usage:" (+ the hold's Tehran day)
     ARGV[8] usage hash time-to-live, ms
     ARGV[9] cached prompt tokens (part of ARGV[3]; counted in the usage aggregates when > 0)
+    ARGV[10] the request's record (compact JSON, no content; "" = none: see keep_record, _lib.lua)
+    ARGV[11] the request id
+    ARGV[12] the account id
+    ARGV[13] request-index prefix (+ UTC day number)   "reqidx:" or "reqidx:{<slot tag>}:"
+    ARGV[14] now, ms (the record's time)
+    ARGV[15] how long records are kept, ms
+    ARGV[16] at most this many records per account
 
   Output: {code, balance, wallet_held}
     code 1  settled an open hold
     code 2  charged a hold the reaper had released
     code 0  nothing changed: unknown, already settled or released
 ]]
-local wallet, hold_key, holds, streams = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local wallet, hold_key, holds, streams, records = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local hold_id, cost = ARGV[1], ARGV[2]
 local prompt, completion, model = ARGV[3], ARGV[4], ARGV[5]
 local key_prefix, usage_prefix, usage_ttl_ms = ARGV[6], ARGV[7], ARGV[8]
@@ -45,11 +54,15 @@ if state == 'open' then
   close_hold(wallet, hold_key, holds, streams, hold_id, key_prefix, '', false, 'delete', 0)
   code = 1
 else
+  drop_reaped_record(hold_key, records)
   rcall('DEL', hold_key)
 end
 
 -- the charge
 local balance = rcall('HINCRBY', wallet, 'balance', istr(-tonumber(cost)))
+if rcall('HEXISTS', wallet, 'credited') == 1 then -- else credit.lua or the audit migrates it later
+  rcall('HINCRBY', wallet, 'charged', cost)
+end
 local key_record = key_prefix .. key_id
 if rcall('EXISTS', key_record) == 1 then
   rcall('HINCRBY', key_record, 'spent:' .. month, cost)
@@ -65,5 +78,8 @@ for _, dim in ipairs({'key|' .. key_id, 'model|' .. model, 'total|*'}) do
   if cached > 0 then rcall('HINCRBY', usage, dim .. '|cached_tokens', cached) end
 end
 rcall('PEXPIRE', usage, usage_ttl_ms)
+
+keep_record(records, ARGV[13], ARGV[12], ARGV[11], ARGV[10], tonumber(ARGV[14]), tonumber(ARGV[15]),
+            tonumber(ARGV[16]))
 
 return {code, balance, tonumber(rcall('HGET', wallet, 'held')) or 0}

@@ -92,4 +92,5 @@ def load_catalog(redis_url: str) -> None:
 
 
 def test_settings(redis_url: str, **overrides) -> Settings:
-    return Settings(redis_url=redis_url, key_pepper=PEPPER, **overrides)
+    """Settings of a test node; /metrics is open unless a test says otherwise."""
+    return Settings(redis_url=redis_url, key_pepper=PEPPER, **{"metrics_public": True, **overrides})

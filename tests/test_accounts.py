@@ -100,7 +100,8 @@ def test_create_writes_the_wallet_the_billing_scripts_read(client, r):
     assert uuid.UUID(acct).version == 4 and str(uuid.UUID(acct)) == acct
     wallet = r.hgetall(keyspace.wallet(acct))
     assert before <= int(wallet.pop("created_at")) <= time.time() + 1
-    assert wallet == {"phone": "09121234567", "balance": "5000000", "held": "0", "suspended": "0"}
+    assert wallet == {"phone": "09121234567", "balance": "5000000", "held": "0", "suspended": "0",
+                      "credited": "5000000", "charged": "0"}
     assert r.smembers(keyspace.ACCOUNTS) == {acct}
 
 

@@ -224,3 +224,22 @@ def test_an_unrelated_event_type_does_not_block_caching(redis_url):
 
     run_race(redis_url, key, keyspace.key_record(account_id, key_id), lambda: None,
              lambda auth: auth.on_event({"t": "catalog", "version": "9"}), check)
+
+
+def test_failed_key_checks_are_throttled_per_address(node, redis_url):
+    """Past 30 failed key checks in a minute an address gets 429 with Retry-After, without a
+    lookup; a key the node already knows still passes (clients behind one proxy share it)."""
+    from upgate.auth import FAILS_PER_WINDOW
+
+    key, _, _ = seed(redis_url, balance="1000")
+    good = {"Authorization": f"Bearer {key}"}
+    with httpx.Client(base_url=node.base, timeout=30) as x:
+        assert x.get("/svc/me", headers=good).status_code == 200  # now in the node's cache
+        for i in range(FAILS_PER_WINDOW):
+            bad = {"Authorization": "Bearer sk-up-" + f"{i:040d}"}
+            assert x.get("/svc/me", headers=bad).status_code == 401
+        throttled = x.get("/svc/me", headers={"Authorization": "Bearer sk-up-" + "Z" * 40})
+        assert throttled.status_code == 429
+        assert 1 <= int(throttled.headers["Retry-After"]) <= 60
+        assert throttled.json()["error"]["code"] == "rate_limit_exceeded"
+        assert x.get("/svc/me", headers=good).status_code == 200

@@ -70,9 +70,12 @@ def test_create_table_mode(run):
 
 def test_topup_show_list(run, acct, r):
     out = ok_json(run("account", "topup", acct, "250.25", "--json"))
-    assert out == {"account_id": acct, "amount_toman": "250.250000", "balance_toman": "1250.250000"}
+    assert list(out) == ["transaction", "balance_toman", "replayed"]
+    assert out["balance_toman"] == "1250.250000" and out["replayed"] is False
+    assert out["transaction"]["kind"] == "topup" and out["transaction"]["amount_toman"] == "250.250000"
     out = ok_json(run("account", "topup", acct, "-2000", "--json"))  # a negative adjustment
-    assert out["balance_toman"] == "-749.750000" and out["amount_toman"] == "-2000.000000"
+    assert out["balance_toman"] == "-749.750000"
+    assert out["transaction"]["amount_toman"] == "-2000.000000" and out["transaction"]["kind"] == "adjustment"
     out = ok_json(run("account", "topup", "--json", acct, "--", "-0.25"))
     assert out["balance_toman"] == "-750.000000"
     r.hset(keyspace.wallet(acct), "held", 1_000_000)

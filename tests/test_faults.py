@@ -19,7 +19,7 @@ from tests.gateway import Node, load_catalog, seed
 from tests.load_kit import (HELLO, META, Gateway, assert_settled, micro, response_cost, sse_payloads,
                             wait_for, wallet)
 from tests.procs import RedisServer
-from upgate import keys, keyspace, sizing
+from upgate import keys, keyspace, money, records, sizing, store
 from upgate.upstream.providers import Provider
 
 INITIAL = micro("1000")
@@ -213,9 +213,11 @@ def test_settlement_that_cannot_reach_redis_is_journaled_and_replayed_exactly_on
     assert sorted(e["c"] for e in lines) == sorted(costs)
     raw = open(journal, "rb").read()
     for e in lines:  # ids and numbers only: no prompt, no answer, no key material
-        assert set(e) == {"a", "h", "k", "m", "c", "p", "q", "t"}
+        # + the request record (upgate/records.py: ids, numbers, no content) and its time
+        assert set(e) == {"a", "h", "k", "m", "c", "p", "q", "t", "r", "rt"}
         assert e["a"] == account_id and e["k"] == key_id and e["m"] == "mock/chat-1"
-        assert all(type(e[f]) is int for f in "cpqt")
+        assert all(type(e[f]) is int for f in ("c", "p", "q", "t", "rt"))
+        assert e["r"]["cost_micro"] == e["c"] and e["r"]["request_id"].startswith("req_")
     for secret in (b"PROMPT-SECRET", b"tok0", key.encode(), key[6:].encode()):
         assert secret not in raw
     assert oct(os.stat(journal).st_mode & 0o777) == "0o600"
@@ -226,6 +228,8 @@ def test_settlement_that_cannot_reach_redis_is_journaled_and_replayed_exactly_on
     wait_for(lambda: node.ctx.ledger.replayed == 2, 20, "the journal to be replayed")
     assert not os.path.exists(journal)
     assert_settled(r, account_id, INITIAL, sum(costs), {key_id: sum(costs)})
+    kept = records.list_requests(store.connect_sync(f"redis://127.0.0.1:{own_redis.port}/0"), account_id)
+    assert sorted(money.parse_toman(x["cost_toman"]) for x in kept) == sorted(costs)
 
     # a crash between replaying and removing the journal would replay it again: harmless
     with open(journal, "wb") as f:

@@ -266,13 +266,51 @@ def test_a_head_answer_has_no_body_and_the_connection_carries_on(server):
     assert rest.startswith(b"HTTP/1.1 200 OK\r\n") and rest.endswith(b"\r\n\r\nhello")
 
 
-@pytest.mark.parametrize("eol,blank", [("\r\n", "\r\n"), ("\n", "\n"), ("\r\n", "\n"), ("\n", "\r\n")])
-def test_header_blocks_may_end_lines_in_lf_alone(server, eol, blank):
+def test_a_stray_crlf_before_a_request_is_skipped(server):
     sock, buf = connect(server), bytearray()
-    raw = f"POST /echo HTTP/1.1{eol}Host: x{eol}Content-Length: 3{eol}{blank}abc".encode()
-    sock.sendall(b"\r\n" + raw + raw)  # a stray CRLF before a request is skipped
+    raw = b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\nabc"
+    sock.sendall(b"\r\n" + raw + raw)
     assert read_response(sock, buf)[2] == digest(b"abc")
     assert read_response(sock, buf)[2] == digest(b"abc")
+
+
+def _answer_then_closed(sock) -> bytes:
+    data = b""
+    while chunk := sock.recv(65536):
+        data += chunk
+    return data
+
+
+@pytest.mark.parametrize("line,header,blank", [("\n", "\n", "\n"), ("\r\n", "\r\n", "\n"),
+                                               ("\n", "\r\n", "\r\n"), ("\r\n", "\n", "\r\n"),
+                                               ("\r", "\r\n", "\r\n"), ("\r\n", "\r\r\n", "\r\n")])
+def test_a_line_ended_by_a_bare_lf_or_cr_is_refused(server, line, header, blank):
+    """llhttp refuses them: a front proxy that took them for line ends would frame differently."""
+    sock = connect(server)
+    sock.sendall(f"POST /echo HTTP/1.1{line}Host: x{header}Content-Length: 3\r\n{blank}abc".encode())
+    assert _answer_then_closed(sock).startswith(b"HTTP/1.1 400 ")
+
+
+def test_a_header_block_past_the_size_limit_is_431(server):
+    """The fixture's limit is 4 KB (the gateway's is 64 KB): answered, then closed."""
+    sock = connect(server)
+    sock.sendall(b"GET /echo HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 5000)
+    assert _answer_then_closed(sock).startswith(b"HTTP/1.1 431 ")
+
+
+def test_more_than_100_header_lines_is_431(server):
+    sock, buf = connect(server), bytearray()
+    ok = b"GET /echo HTTP/1.1\r\nHost: x\r\n" + b"X: 1\r\n" * 99 + b"\r\n"
+    sock.sendall(ok)
+    assert read_response(sock, buf)[2] == b"hello"
+    sock.sendall(b"GET /echo HTTP/1.1\r\nHost: x\r\n" + b"X: 1\r\n" * 100 + b"\r\n")
+    assert _answer_then_closed(sock).startswith(b"HTTP/1.1 431 ")
+
+
+def test_many_short_header_lines_are_refused_before_the_block_ends(server):
+    sock = connect(server)
+    sock.sendall(b"GET /echo HTTP/1.1\r\n" + b"X:\r\n" * 200)  # no blank line yet
+    assert _answer_then_closed(sock).startswith(b"HTTP/1.1 431 ")
 
 
 def test_headers_and_body_a_byte_at_a_time(server):

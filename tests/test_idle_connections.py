@@ -71,9 +71,11 @@ def test_a_long_request_in_flight_is_not_idle(node, redis_url):
     assert asyncio.run(main()).rstrip().endswith(b"data: [DONE]")
 
 
-def test_a_body_that_never_finishes_is_closed_after_the_body_limit(node):
+def test_a_body_that_never_finishes_is_closed_after_the_body_limit(node, redis_url):
+    key, _, _ = seed(redis_url)  # (without a valid key the request is answered before its body)
     sock = socket.create_connection(("127.0.0.1", node.port))
-    sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"mo")
+    sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n"
+                 b"Content-Length: 100\r\n\r\n{\"mo" % key.encode())
     time.sleep(0.3)
 
     async def run(idle_s, body_s):

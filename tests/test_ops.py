@@ -171,9 +171,17 @@ def test_upstream_time_of_failed_and_cut_attempts_is_not_gateway_overhead(make_n
 
 
 def test_metrics_token(make_node):
-    node = make_node(metrics_token="s3cret")
+    node = make_node(metrics_token="s3cret", metrics_public=False)
     assert httpx.get(node.url + "/metrics").status_code == 401
+    assert httpx.get(node.url + "/metrics", headers={"Authorization": "Bearer wrong"}).status_code == 401
     assert httpx.get(node.url + "/metrics", headers={"Authorization": "Bearer s3cret"}).status_code == 200
+
+
+def test_metrics_are_closed_by_default(make_node):
+    """No token configured and not opened: /metrics answers 401 to everyone (issue 21)."""
+    node = make_node(metrics_public=False)
+    assert httpx.get(node.url + "/metrics").status_code == 401
+    assert httpx.get(node.url + "/metrics", headers={"Authorization": "Bearer upa_x"}).status_code == 401
 
 
 def _read_banner(proc, timeout=30) -> dict:
@@ -217,7 +225,7 @@ def _serve(redis_url, mock, tmp_path, *args, **env):
     port = free_port()
     proc = spawn([sys.executable, "-m", "upgate.cli", "serve", "--port", str(port), *args],
                  env={"UPGATE_REDIS_URL": redis_url, "UPGATE_KEY_PEPPER": PEPPER,
-                      "UPGATE_PROVIDERS": str(providers), **env},
+                      "UPGATE_PROVIDERS": str(providers), "UPGATE_METRICS_PUBLIC": "1", **env},
                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     wait_port(port, proc=proc)
     return proc, f"http://127.0.0.1:{port}/v1"

@@ -1,5 +1,7 @@
 """The incremental SSE parser: split anywhere, every line ending, fields we ignore."""
 
+import time
+
 from hypothesis import given, settings, strategies as st
 
 from upgate.upstream.sse import DONE, KEEPALIVE, SSEParser, event
@@ -68,3 +70,22 @@ def test_split_anywhere_gives_the_same_events(payloads, eol, data) -> None:
     pieces = [stream[a:b] for a, b in zip([0, *cuts], [*cuts, len(stream)])]
     assert parse_all(pieces) == payloads
     assert parse_all([bytes([b]) for b in stream]) == payloads
+
+
+def _parse_time(size: int, piece: int = 16384) -> float:
+    payload = b"data: " + b"x" * size + b"\n\n"
+    best = float("inf")
+    for _ in range(3):
+        parser = SSEParser()
+        start = time.perf_counter()
+        for i in range(0, len(payload), piece):
+            parser.feed(payload[i:i + piece])
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def test_a_large_event_parses_in_time_linear_in_its_size():
+    """A provider's 10 MB event arriving in 16 KB pieces: joining the line on every piece was
+    quadratic (~180 ms of loop for 10 MB). Ten times the size must cost about ten times the time."""
+    small, large = _parse_time(1 << 20), _parse_time(10 << 20)
+    assert large / small < 25, f"1 MB: {small * 1000:.1f} ms, 10 MB: {large * 1000:.1f} ms"

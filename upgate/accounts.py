@@ -3,7 +3,9 @@ gateway's auth cache keeps (``AccountInfo``).
 
 The wallet hash ``keyspace.wallet(acct)`` holds ``phone``, ``balance`` (integer micro-toman,
 may go negative after a settle above its hold), ``held`` (micro-toman of open holds, kept by the
-billing scripts; created here as 0), ``suspended`` ("0"/"1"), ``free_quota`` (requests per
+billing scripts; created here as 0), ``credited`` and ``charged`` (lifetime Σ transactions and Σ
+charges, kept by lua/credit.lua and lua/settle.lua: balance == credited − charged; see
+upgate/transactions.py), ``suspended`` ("0"/"1"), ``free_quota`` (requests per
 Tehran day; absent = the deployment default) and ``created_at`` (unix seconds). Every account id
 (a UUID4 string) is also in the set ``keyspace.ACCOUNTS``.
 
@@ -36,7 +38,9 @@ _PLAIN_AMOUNT = re.compile(r"^[+-]?[0-9]+(?:\.[0-9]+)?$")
 
 class AccountError(ValueError):
     """A refused account operation. The message is one line meant for the operator;
-    nothing was written."""
+    nothing was written. `field`: the API field at fault, where one is."""
+
+    field: str | None = None
 
 
 class UnknownAccount(AccountError):
@@ -46,18 +50,26 @@ class UnknownAccount(AccountError):
 class InvalidPhone(AccountError):
     """A phone number is not 7 to 15 digits with an optional leading +."""
 
+    field = "phone"
+
 
 class BalanceOutOfRange(AccountError):
     """The balance would pass +/- 2^53 micro-toman (the exact range of Lua numbers)."""
+
+    field = "amount_toman"
 
 
 class InvalidAmount(AccountError):
     """An amount is not a plain decimal toman value, has more than six fractional digits,
     or is out of range."""
 
+    field = "amount_toman"
+
 
 class InvalidQuota(AccountError):
     """A free quota is not a whole number from 0 to MAX_FREE_QUOTA."""
+
+    field = "free_quota"
 
 
 # ---- pure helpers -----------------------------------------------------------------------------
@@ -171,54 +183,47 @@ def require_account(client, account_id: str) -> str:
     return _require(client, account_id)
 
 
-def create_account(client, phone: str, balance_micro: int = 0) -> str:
-    """Create an account with its wallet; returns the new account id (UUID4 string)."""
+def create_account(client, phone: str, balance_micro: int = 0, *, actor: str = "cli") -> str:
+    """Create an account with its wallet and its `opening` transaction (the opening balance,
+    possibly 0); returns the new account id (UUID4 string).
+
+    The wallet starts at balance 0 with both lifetime counters at 0, then lua/credit.lua records
+    the opening balance (idempotent: an account with a transaction never gets a second opening),
+    then the account is listed. Interrupted between steps, it is an unlisted account at 0."""
+    from upgate import transactions
+
     phone = check_phone(phone)
     if isinstance(balance_micro, bool) or not isinstance(balance_micro, int):
         raise InvalidAmount("the opening balance must be an integer of micro-toman")
     if balance_micro < 0:
-        raise InvalidAmount("the opening balance must not be negative (use topup to adjust)")
+        raise InvalidAmount("the opening balance must not be negative (use adjust afterwards)")
     try:
         money.check_range(balance_micro)
     except money.AmountError as e:
         raise BalanceOutOfRange(str(e)) from None
     acct = str(uuid.uuid4())
-    record = {"phone": phone, "balance": balance_micro, "held": 0, "suspended": "0",
-              "created_at": int(time.time())}
-    atomic_write(client, [
-        lambda p: p.hset(keyspace.wallet(acct), mapping=record),  # the account exists from here
-        lambda p: p.sadd(keyspace.ACCOUNTS, acct),  # listing
-    ])
+    record = {"phone": phone, "balance": 0, "held": 0, "credited": 0, "charged": 0,
+              "suspended": "0", "created_at": int(time.time())}
+    atomic_write(client, [lambda p: p.hset(keyspace.wallet(acct), mapping=record)])  # exists from here
+    try:
+        transactions.credit(client, acct, "opening", balance_micro, actor=actor)
+    finally:  # listed even when no replica confirmed the opening (NotDurable): never orphaned
+        atomic_write(client, [lambda p: p.sadd(keyspace.ACCOUNTS, acct)])
     return acct
 
 
-def _topup_result(code: int, balance: int, acct: str, amount_micro: int) -> int:
-    """The one place topup.lua's return codes become results or exceptions."""
-    if code == 0:
-        return balance
-    if code == 1:
-        raise UnknownAccount(f"unknown account {acct}")
-    if code == 2:
-        raise BalanceOutOfRange(
-            f"refused: balance {money.fmt(balance)} + {money.fmt(amount_micro)} toman would pass "
-            f"the limit of ±{money.fmt(money.MAX_MICRO)} toman (2^53 micro-toman)")
-    raise RuntimeError(f"topup.lua returned an unknown code {code}")
-
-
 def topup(client, account_id: str, amount_micro: int) -> int:
-    """Add `amount_micro` (negative = an adjustment) to the balance in one atomic step;
-    returns the new balance in micro-toman. Refused (nothing written) when the account is
-    unknown, the amount is zero, or the balance would pass ±2^53 micro-toman."""
-    acct = normalize_id(account_id)
+    """Add `amount_micro` (negative = an adjustment) as a transaction without ref or note;
+    returns the new balance in micro-toman (kept for callers that speak micro-toman; the
+    operator's entry point is transactions.topup / transactions.adjust)."""
+    from upgate import transactions
+
     if isinstance(amount_micro, bool) or not isinstance(amount_micro, int):
         raise InvalidAmount("a top-up must be an integer of micro-toman")
-    if amount_micro == 0:
-        raise InvalidAmount("a top-up of zero changes nothing")
     if abs(amount_micro) > money.MAX_MICRO:
         raise BalanceOutOfRange("amount beyond 2^53 micro-toman (about 9,007,199,254 toman) is refused")
-    code, balance = store.script("topup").call_sync(
-        client, [keyspace.wallet(acct)], [amount_micro, money.MAX_MICRO])
-    return _topup_result(int(code), int(balance), acct, amount_micro)
+    result = transactions.topup(client, account_id, money.fmt(amount_micro))
+    return money.parse_toman(result["balance_toman"], allow_negative=True)
 
 
 def _set_flag(client, acct: str, field: str, value) -> None:
@@ -256,17 +261,20 @@ def set_free_quota(client, account_id: str, n: int | None) -> None:
 
 # ---- reads ------------------------------------------------------------------------------------
 
-def _view(acct: str, w: dict[str, str], key_count: int, free_used: int) -> dict:
+def _wallet(w: dict[str, str]) -> dict:
+    """The decoded wallet numbers every view shows (micro-toman)."""
     balance = int(w.get("balance") or 0)
     held = int(w.get("held") or 0)
+    return {"phone_masked": mask_phone(w.get("phone", "")), "balance_micro": balance,
+            "held_micro": held, "available_micro": balance - held}
+
+
+def _view(acct: str, w: dict[str, str], key_count: int, free_used: int) -> dict:
     quota = w.get("free_quota")
     return {
         "account_id": acct,
         "phone": w.get("phone", ""),
-        "phone_masked": mask_phone(w.get("phone", "")),
-        "balance_micro": balance,
-        "held_micro": held,
-        "available_micro": balance - held,
+        **_wallet(w),
         "suspended": w.get("suspended") == "1",
         "free_quota": int(quota) if quota not in (None, "") else None,
         "free_used_today": free_used,
@@ -311,3 +319,23 @@ def list_accounts(client, *, phone: str | None = None) -> list[dict]:
                 out.append(view)
     out.sort(key=lambda v: (v["created_at"], v["account_id"]))
     return out
+
+
+async def key_view(client, account_id: str, key_id: str, month: str) -> dict | None:
+    """What a key's holder may see of it and its wallet (GET /v1/svc/me), read fresh from the
+    store with one pipeline on the gateway's async client: the wallet numbers (`_wallet`) and
+    {"key": name, prefix, monthly_limit_micro (None = none), spent_micro (Jalali `month`), rpm,
+    allowed_models (None = all)}. None when the key is unknown or revoked."""
+    pipe = client.pipeline(transaction=False)
+    pipe.hgetall(keyspace.wallet(account_id))
+    pipe.hgetall(keyspace.key_record(account_id, key_id))
+    wallet, record = (store.text_map(x) for x in await pipe.execute())
+    if not record or record.get("revoked") == "1":
+        return None
+    limit, allowed = record.get("monthly_limit"), record.get("allowed_models")
+    return {**_wallet(wallet), "key": {
+        "name": record.get("name"), "prefix": record.get("prefix"),
+        "monthly_limit_micro": int(limit) if limit else None,
+        "spent_micro": int(record.get("spent:" + month, 0)),
+        "rpm": int(record.get("rpm", 60)),
+        "allowed_models": orjson.loads(allowed) if allowed else None}}

@@ -22,6 +22,46 @@ from upgate.keys import KeyInfo
 
 _INVALID = "invalid_api_key"
 
+# Failed key checks per source address (in-process, no Redis): past FAILS_PER_WINDOW in one
+# window, a key this node does not hold in its cache is refused with 429 until the window ends,
+# without a hash or a lookup. Keys it knows still pass, so clients sharing an address with the
+# failing one (behind a proxy, every client shares the proxy's) are not locked out. docs/security.md
+FAILS_PER_WINDOW = 30
+FAIL_WINDOW_S = 60.0
+_MAX_ADDRESSES = 50_000
+
+
+class FailedAuthThrottle:
+    def __init__(self) -> None:
+        self._fails: dict[str, list] = {}  # address → [window start (monotonic), failures]
+
+    def retry_after(self, address: str) -> int:
+        """Seconds this address stays throttled (0: not throttled)."""
+        entry = self._fails.get(address)
+        if entry is None or entry[1] < FAILS_PER_WINDOW:
+            return 0
+        left = entry[0] + FAIL_WINDOW_S - time.monotonic()
+        if left <= 0:
+            del self._fails[address]
+            return 0
+        return max(1, int(left + 0.999))
+
+    def failed(self, address: str) -> None:
+        now = time.monotonic()
+        entry = self._fails.get(address)
+        if entry is None or now - entry[0] >= FAIL_WINDOW_S:
+            if len(self._fails) >= _MAX_ADDRESSES:
+                self._prune(now)
+            self._fails[address] = [now, 1]
+        else:
+            entry[1] += 1
+
+    def _prune(self, now: float) -> None:
+        for address in [a for a, e in self._fails.items() if now - e[0] >= FAIL_WINDOW_S]:
+            del self._fails[address]
+        if len(self._fails) >= _MAX_ADDRESSES:
+            self._fails.clear()
+
 
 def extract_key(headers) -> str | None:
     """`Authorization: Bearer <key>` wins over `X-API-Key`; the scheme is case-insensitive."""
@@ -42,17 +82,28 @@ class Auth:
         self._keys: dict[str, KeyInfo] = {}  # digest → key
         self._accounts: dict[str, AccountInfo] = {}
         self._generation = 0  # bumped by every event and flush; see the module docstring
+        self.throttle = FailedAuthThrottle()
 
-    async def authenticate(self, headers) -> tuple[KeyInfo, AccountInfo]:
+    async def authenticate(self, headers, address: str = "") -> tuple[KeyInfo, AccountInfo]:
+        """The key and account of a request from `address` (its source, for the throttle)."""
         key = extract_key(headers)
-        if not key or not keys.well_formed(key):
-            raise GatewayError(_INVALID)  # malformed: no Redis lookup
-        digest = keys.digest(key, self._pepper)
-        info = self._keys.get(digest)
-        if info is None:
-            info = await self._load_key(digest)
-        if info.revoked or (info.expires_at_ms is not None and info.expires_at_ms <= time.time() * 1000):
-            raise GatewayError(_INVALID)
+        digest = keys.digest(key, self._pepper) if key and keys.well_formed(key) else None
+        info = self._keys.get(digest) if digest is not None else None
+        try:
+            if info is None:
+                wait = self.throttle.retry_after(address)
+                if wait:
+                    raise GatewayError("rate_limit_exceeded", "Too many failed API key checks from "
+                                       "this address; retry later.", retry_after=wait)
+                if digest is None:
+                    raise GatewayError(_INVALID)  # malformed: no Redis lookup
+                info = await self._load_key(digest)
+            if info.revoked or (info.expires_at_ms is not None and info.expires_at_ms <= time.time() * 1000):
+                raise GatewayError(_INVALID)
+        except GatewayError as e:
+            if e.code == _INVALID:
+                self.throttle.failed(address)
+            raise
         account = self._accounts.get(info.account_id)
         if account is None:
             account = await self._load_account(info.account_id)

@@ -128,9 +128,11 @@ def serve(port: int | None, host: str, processes: int | None, insecure_dev: bool
             _shared_metrics_dir()
     from upgate import server
 
+    from upgate.store_policy import EvictingStore
+
     try:
         server.run(settings, providers, port or settings.port, processes, host)
-    except server.BindError as e:
+    except (server.BindError, EvictingStore) as e:
         raise click.ClickException(str(e)) from None
 
 

@@ -11,13 +11,14 @@ import time
 
 import orjson
 
-from upgate import keyspace, store
+from upgate import keyspace, store, store_policy
 from upgate.auth import Auth
 from upgate.background import stop_if_cancelled
 from upgate.catalog_cache import Catalog
 from upgate.ledger import STORE_ERRORS, Ledger
 from upgate.access_log import AccessLog
 from upgate.metrics import Metrics, observe
+from upgate.refusals import Refusals
 from upgate.settings import Settings
 from upgate.upstream.client import UpstreamClient
 
@@ -32,11 +33,14 @@ class Context:
         self.auth = Auth(self.redis, settings.key_pepper)
         self.catalog = Catalog(self.redis)
         self.ledger = Ledger(self.redis, settings)
+        self.refusals = Refusals(settings.topup_url)
         self.upstream = UpstreamClient(silence_s=settings.upstream_silence_s)
         self.metrics = Metrics()
         self.access_log = AccessLog() if access_log else None
         self.subscribed = asyncio.Event()
         self.redis_ok = True
+        self.store_warnings: list[str] = []  # no persistence (store_policy.py), for /healthz
+        self.store_refusal: str | None = None  # the store may evict keys: why it must not be used
         self.draining = False
         self.inflight: dict = {}  # hold id → live proxy handler (leases, keep-alives, shutdown)
         self._tasks: list[asyncio.Task] = []
@@ -115,6 +119,7 @@ class Context:
         if not isinstance(msg, dict):
             return
         self.auth.on_event(msg)
+        self.refusals.on_event(msg)
         self.catalog.on_event(msg)
         self.ledger.on_event(msg)
 
@@ -122,10 +127,36 @@ class Context:
         """After a (re)subscription anything may have been missed: drop and reload it all. The
         catalog only when its version moved: start() has just read it (and logged it in force)."""
         self.auth.flush()
+        self.refusals.flush()
+        await self._check_store()
         remote = await self.redis.hget(keyspace.CATALOG_META, "version")
         if remote is None or store.text(remote) != self.catalog.version:
             await self.catalog.reload()
         await self.ledger.reload_cooldowns()
+
+    async def _check_store(self) -> None:
+        """The store's eviction policy and persistence (store_policy.py), read again whenever the
+        subscription (re)connects: a store restarted with another config is seen. An evicting
+        store is logged as an error and reported by /healthz."""
+        url = self.settings.redis_url
+        if url.startswith("memory://"):
+            return
+
+        def check() -> list[str]:
+            client = store.connect_sync(url)
+            try:
+                return store_policy.check(client, url)
+            finally:
+                client.close()
+        try:
+            self.store_warnings, self.store_refusal = await asyncio.to_thread(check), None
+        except store_policy.EvictingStore as e:
+            self.store_refusal = str(e)
+            log.error("%s", e)
+        except STORE_ERRORS as e:  # unreachable again: the next subscription checks again
+            log.warning("store policy not checked (%s)", type(e).__name__)
+        for w in self.store_warnings:
+            log.warning("%s", w)
 
     async def _subscribe(self) -> None:
         backoff = 0.1

@@ -25,6 +25,7 @@ CODES: dict[str, Code] = {
     "model_not_found": Code(404, "The model does not exist.", final=True),
     "not_found": Code(404, "This route does not exist.", final=True),
     "request_too_large": Code(413, "The request body is larger than 20 MB.", final=True),
+    "request_header_too_large": Code(431, "The request's header block is larger than 64 KB or 100 lines.", final=True),
     "rate_limit_exceeded": Code(429, "Too many requests per minute for this key."),
     # Retry-After computed by the ledger: seconds until the next Jalali month (Tehran time)
     "key_monthly_limit_reached": Code(429, "This key's monthly spending limit is used up.", final=True),

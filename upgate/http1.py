@@ -46,6 +46,9 @@ _HEADER_LINE = re.compile(_LINE)
 _HEADER_LINES = re.compile("(?>" + _LINE.replace("(", "(?:").replace("(?:?:", "(?:") + ")*")
 _CONTINUE = b"HTTP/1.1 100 (Continue)\r\n\r\n"
 _BAD_REQUEST = b"HTTP/1.1 400 Bad Request\r\n\r\n"
+_TOO_LARGE = b"HTTP/1.1 431 Request Header Fields Too Large\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"
+MAX_HEADER_LINES = 100  # header lines of one request (as nginx and most servers bound them)
+_LINGER_S = 2.0  # after a 431, how long the rest of the client's request is read and dropped
 _CHUNK = 65536  # largest body piece handed to a handler at once
 _CHUNK_LINE = 64  # longest chunk-size line (Tornado's limit)
 _BUFFERED_MAX = 1 << 20  # bytes waiting in the buffer before reading pauses
@@ -70,8 +73,9 @@ class HTTP1Server:
 
     def __init__(self, delegate: httputil.HTTPServerConnectionDelegate, *, max_header_size: int = 65536,
                  max_body_size: int = 100 << 20, idle_timeout_s: float = 75.0,
-                 body_timeout_s: float = 300.0) -> None:
+                 body_timeout_s: float = 300.0, too_large=None) -> None:
         self.delegate = delegate
+        self.too_large = too_large or (lambda: _TOO_LARGE)  # () → the bytes of a 431
         self.max_header_size = max_header_size
         self.max_body_size = max_body_size
         self.idle_timeout_s = idle_timeout_s
@@ -96,15 +100,24 @@ class HTTP1Server:
         """Close connections idle or slow past their limit; returns how many."""
         now, closed = time.monotonic(), 0
         for conn in list(self.connections):
+            # An answer still leaving is not idle, however long the client takes to read it
+            # (a slow reader of a big backlog, or of the last batch after the handler finished);
+            # a client that makes no progress for the idle limit has stopped reading: abort.
+            unsent = conn.transport.get_write_buffer_size()
+            if unsent:
+                sent = conn.written - unsent
+                if not conn.waiting_since or sent > conn.sent_seen:
+                    conn.waiting_since, conn.sent_seen = now, sent
+                if now - conn.waiting_since >= self.idle_timeout_s:
+                    conn.transport.abort()
+                    closed += 1
+                continue
+            conn.waiting_since = 0.0
             if conn.transport.is_closing():
-                conn.transport.abort()  # closed by an earlier sweep, its client still not reading
+                conn.transport.abort()
                 closed += 1
                 continue
             req = conn.request
-            if conn.stalled_since is not None and now - conn.stalled_since >= self.idle_timeout_s:
-                conn.transport.abort()  # a client that stopped reading its answer
-                closed += 1
-                continue
             if req is None or req.state == _HEAD:
                 limit = self.idle_timeout_s
             elif req.state != _READ:
@@ -171,8 +184,13 @@ class Connection(asyncio.Protocol):
         self.since = time.monotonic()  # when it began waiting for the current request
         self.closed = False
         self._scanned = 0  # bytes of buf already searched for the end of the header block
+        self._lines = 0  # line ends in those bytes
+        self._discarding = False  # answered 431: what still comes is dropped until the close
         self._reading = True
         self.stalled_since: float | None = None  # writing paused (the client is not reading)
+        self.written = 0  # bytes handed to the transport, for the sweep's progress check
+        self.sent_seen = 0  # of those, how many had left when the sweep last saw progress
+        self.waiting_since = 0.0  # since when the sweep has seen unsent bytes and no progress
         self._waiters: list[asyncio.Future] = []  # writes waiting for the transport to drain
         self._done: asyncio.Future | None = None  # the future every unblocked write returns
         self.chunks_this_turn = 0
@@ -190,6 +208,8 @@ class Connection(asyncio.Protocol):
         self.server.connections.add(self)
 
     def data_received(self, data: bytes) -> None:
+        if self._discarding:
+            return
         self.buf += data
         self._advance()
 
@@ -210,6 +230,9 @@ class Connection(asyncio.Protocol):
 
     def pause_writing(self) -> None:
         self.stalled_since = time.monotonic()
+        if not self.waiting_since:  # the sweep's progress check starts from here
+            self.waiting_since = self.stalled_since
+            self.sent_seen = self.written - self.transport.get_write_buffer_size()
 
     def resume_writing(self) -> None:
         self.stalled_since = None
@@ -230,6 +253,7 @@ class Connection(asyncio.Protocol):
             fut.set_exception(StreamClosedError())
             fut.exception()
             return fut
+        self.written += len(data)  # first: write() may call pause_writing, which reads it
         self.transport.write(data)
         if self.stalled_since is None:
             return self._done  # type: ignore[return-value]
@@ -285,20 +309,42 @@ class Connection(asyncio.Protocol):
             self._reading = True
             self.transport.resume_reading()
 
+    def too_large(self) -> None:
+        """A header block past max_header_size or MAX_HEADER_LINES: 431, then close (every
+        header line is work for the loop before any handler can refuse the request). What the
+        client still sends is read and dropped for a moment: closing on unread bytes would send
+        a reset, which can destroy the 431 before the client reads it."""
+        transport = self.transport
+        if transport.is_closing() or self._discarding:
+            return
+        transport.write(self.server.too_large())
+        self._discarding = True
+        self.buf.clear()
+        if transport.can_write_eof():
+            transport.write_eof()
+        asyncio.get_running_loop().call_later(_LINGER_S, transport.close)
+
     def _begin(self) -> bool:
         """Start the next request once its whole header block is in."""
         buf, limit = self.buf, self.server.max_header_size
         # headers may come a few bytes at a time: search only what is new (and 3 bytes back)
         m = _HEAD_END.search(buf, max(0, self._scanned - 3), limit)
+        end = len(buf) if m is None else m.end()
+        self._lines += buf.count(b"\n", self._scanned, end)
+        if self._lines > MAX_HEADER_LINES + 2 or (m is None and len(buf) > limit):  # (+ start, end)
+            self.too_large()
+            return False
         if m is None:
-            if len(buf) > limit:
-                self.transport.close()  # what Tornado does with an oversized header block
             self._scanned = len(buf)
             return False
-        self._scanned = 0
-        end = m.end()
-        text = buf[:end].decode("latin1").lstrip("\r\n")
+        self._scanned = self._lines = 0
+        block = bytes(buf[:end]).lstrip(b"\r\n")
         del buf[:end]
+        if block.count(b"\n") != block.count(b"\r\n") or block.count(b"\r") != block.count(b"\r\n"):
+            # a bare LF or CR ends no line here (llhttp's rule): a proxy in front that took it
+            # for one would frame this request differently
+            raise httputil.HTTPInputError("bare LF or CR in the header block")
+        text = block.decode("latin1")
         eol = text.find("\n")
         start_line = httputil.parse_request_start_line(text[:eol].rstrip("\r"))
         headers = parse_headers(text[eol + 1:])

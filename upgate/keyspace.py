@@ -19,7 +19,8 @@ def tag(account_id: str) -> str:
 
 
 def wallet(account_id: str) -> str:
-    """Hash: phone, balance, held (micro-toman), suspended (0/1), free_quota, created_at."""
+    """Hash: phone, balance, held, credited, charged (micro-toman), suspended (0/1), free_quota,
+    created_at."""
     return tag(account_id) + ":wallet"
 
 
@@ -63,6 +64,22 @@ def usage(account_id: str, day: str) -> str:
     return tag(account_id) + ":usage:" + day
 
 
+def transactions(account_id: str) -> str:
+    """List of the account's transactions, oldest first, never trimmed: each
+    "<time ms>|<kind>|<amount>|<balance after>|<json>" (see lua/credit.lua)."""
+    return tag(account_id) + ":txns"
+
+
+def refs(account_id: str) -> str:
+    """Hash: a transaction's ref → "<position in the log>|<kind>|<amount>" (idempotency, for ever)."""
+    return tag(account_id) + ":refs"
+
+
+def requests(account_id: str) -> str:
+    """Sorted set: the account's request records (compact JSON, no content) scored by time, ms."""
+    return tag(account_id) + ":reqs"
+
+
 def keyhash(digest: str) -> str:
     """String "<account_id>:<key_id>" for the HMAC of a full key (cross-account lookup)."""
     return "keyhash:" + digest
@@ -98,6 +115,8 @@ def _slot_tags() -> tuple[str, ...]:
     return tuple(tags)  # type: ignore[arg-type]
 
 
+REQ_INDEX = "reqidx:"  # + UTC day number: hash request id → "<account>|<time ms>" (one Redis)
+REQ_SHARD = ("reqidx:{", "}:")  # a cluster shard: prefix + slot tag + suffix + UTC day number
 REAP_SHARD = ("reap:{", "}")  # a shard's name: prefix + the slot's tag + suffix
 
 
@@ -120,6 +139,19 @@ def reap_index(account_id: str, sharded: bool = False) -> str:
     the reaper reads all 16384 with one lua/reap_scan.lua call per cluster node.
     """
     return reap_shard(slot(account_id)) if sharded else REAP_INDEX
+
+
+def request_index_prefix(account_id: str, sharded: bool = False) -> str:
+    """The request index: one hash per UTC day (day number = Unix ms // 86400000, appended to
+    this prefix) mapping request id → "<account>|<time ms>", expiring after the retention.
+    settle.lua / release.lua file a request in the same step as its record, so the hash must be
+    in the account's slot: one index on a single Redis; on a cluster one per hash slot, named
+    (like `reap_shard`) to land in that slot. `records.find` reads them without a scan."""
+    if not sharded:
+        return REQ_INDEX
+    return REQ_SHARD[0] + _slot_tags()[slot(account_id)] + REQ_SHARD[1]
+
+
 CATALOG = "{catalog}:models"  # hash: model id → JSON record
 CATALOG_META = "{catalog}:meta"  # hash: version, prices_updated_at
 

@@ -27,7 +27,7 @@ import orjson
 import redis.asyncio as aioredis
 import redis.exceptions as rexc
 
-from upgate import jalali, keyspace, money, store
+from upgate import jalali, keyspace, money, records, store
 from upgate.background import stop_if_cancelled
 from upgate.errors import GatewayError
 
@@ -176,8 +176,10 @@ class Ledger:
 
     # ---- admit
     async def admit(self, *, account_id: str, key_id: str, model: str, hold_micro: int, stream: bool,
-                    free: bool, alternative: dict | None = None, now_ms: int | None = None) -> Admission:
-        """One atomic check-and-reserve (see lua/admit.lua). Raises Rejected with the spec's code."""
+                    free: bool, alternative: dict | None = None, now_ms: int | None = None,
+                    request_id: str | None = None) -> Admission:
+        """One atomic check-and-reserve (see lua/admit.lua). Raises Rejected with the spec's code.
+        `request_id` goes on the hold, so a reaped hold still leaves a request record."""
         hold_micro = 0 if free else int(hold_micro)
         if hold_micro < 0:
             raise ValueError("hold_micro must not be negative")
@@ -191,7 +193,7 @@ class Ledger:
                 keyspace.free(account_id, day), keyspace.reap_index(account_id, self.sharded))
         args = (hold_id, hold_micro, 1 if stream else 0, 1 if free else 0, month, day, self.lease_ms,
                 self.settings.max_streams, self.settings.free_quota_default, FREE_TTL_MS, account_id,
-                key_id, now_ms or 0)
+                key_id, now_ms or 0, request_id or "", model)
         try:
             res = await self._admit(self.client, keys, args)
         except STORE_ERRORS as e:
@@ -250,21 +252,33 @@ class Ledger:
     def _finish_keys(self, account_id: str, hold_id: str) -> tuple:
         t = keyspace.tag(account_id)
         return (t + ":wallet", keyspace.hold(account_id, hold_id), keyspace.holds(account_id),
-                keyspace.streams(account_id))
+                keyspace.streams(account_id), keyspace.requests(account_id))
+
+    def _record_args(self, account_id: str, record: dict | None, now_ms: int | None = None) -> tuple:
+        """settle.lua's / release.lua's record arguments (see keep_record in lua/_lib.lua)."""
+        s = self.settings
+        keep_ms, prefix = s.request_log_days * 86_400_000, keyspace.request_index_prefix(account_id, self.sharded)
+        if not record:
+            return ("", "", account_id, prefix, 0, keep_ms, s.request_log_max)
+        now_ms = int(now_ms or self.now() * 1000)
+        return (records.encode(record, now_ms), record["request_id"], account_id, prefix, now_ms,
+                keep_ms, s.request_log_max)
 
     async def settle(self, account_id: str, hold_id: str, *, key_id: str, model: str, cost_micro: int,
                      prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0,
-                     cooldown_reset: str | None = None) -> bool:
-        """Charge the real cost and close the hold (lua/settle.lua). False when the hold was already
-        settled or released. Store failures are retried, then journaled (True: it will apply).
+                     cooldown_reset: str | None = None, record: dict | None = None) -> bool:
+        """Charge the real cost and close the hold (lua/settle.lua), keeping the request's `record`
+        (upgate/records.py) in the same step. False when the hold was already settled or released.
+        Store failures are retried, then journaled (True: it will apply).
         `cached_tokens` (part of `prompt_tokens`) is counted in the day's usage aggregates."""
         cost_micro, prompt_tokens, completion_tokens = int(cost_micro), int(prompt_tokens), int(completion_tokens)
         if cost_micro < 0 or prompt_tokens < 0 or completion_tokens < 0:
             raise ValueError("cost and token counts must not be negative")
         money.check_range(cost_micro)
         cached_tokens = max(0, min(int(cached_tokens), prompt_tokens))
+        rec = self._record_args(account_id, record)
         calls = [self._settle_call(account_id, hold_id, model, cost_micro, prompt_tokens, completion_tokens,
-                                   cached_tokens)]
+                                   cached_tokens, rec)]
         if cooldown_reset and self._strikes.get(cooldown_reset):
             calls.append(self._cooldown_call("reset", cooldown_reset))
         for attempt in range(SETTLE_RETRIES):
@@ -283,6 +297,8 @@ class Ledger:
                              "c": cost_micro, "p": prompt_tokens, "q": completion_tokens, "t": int(time.time())}
                     if cached_tokens:
                         entry["x"] = cached_tokens  # cached prompt tokens, for the usage report
+                    if record:  # the request record, with the time it was made
+                        entry.update(r=record, rt=rec[4])
                     await self._journal(entry)
                 except OSError as j:
                     log.error("settlement of hold %s (account %s) NOT recorded: the store is unreachable "
@@ -296,19 +312,19 @@ class Ledger:
         return int(results[0][0]) > 0
 
     def _settle_call(self, account_id, hold_id, model, cost_micro, prompt_tokens, completion_tokens,
-                     cached_tokens=0):
+                     cached_tokens=0, rec=None):
         return (self._settle, self._finish_keys(account_id, hold_id),
                 (hold_id, cost_micro, prompt_tokens, completion_tokens, model,
                  keyspace.key_record(account_id, ""), keyspace.usage(account_id, ""), USAGE_TTL_MS,
-                 cached_tokens))
+                 cached_tokens, *(rec or self._record_args(account_id, None))))
 
     async def release(self, account_id: str, hold_id: str, *, credit_free: bool = False,
-                      strike: str | None = None) -> bool:
-        """Charge nothing and close the hold (lua/release.lua); optionally credit a `:free`
-        request back and strike `strike` toward cool-down in the same round trip. False when the
-        hold was already closed. A store failure is logged: the reaper releases the hold when
-        its lease lapses."""
-        calls = [self._release_call(account_id, hold_id, credit_free)]
+                      strike: str | None = None, record: dict | None = None) -> bool:
+        """Charge nothing and close the hold (lua/release.lua), keeping the request's `record`;
+        optionally credit a `:free` request back and strike `strike` toward cool-down in the same
+        round trip. False when the hold was already closed. A store failure is logged: the reaper
+        releases the hold when its lease lapses (and no record is kept)."""
+        calls = [self._release_call(account_id, hold_id, credit_free, record)]
         if strike:
             calls.append(self._cooldown_call("strike", strike))
         try:
@@ -323,10 +339,10 @@ class Ledger:
             self._cooldown_result(strike, results[1])
         return int(results[0][0]) > 0
 
-    def _release_call(self, account_id: str, hold_id: str, credit_free: bool):
+    def _release_call(self, account_id: str, hold_id: str, credit_free: bool, record: dict | None = None):
         return (self._release, self._finish_keys(account_id, hold_id),
                 (hold_id, 1 if credit_free else 0, keyspace.key_record(account_id, ""),
-                 keyspace.free(account_id, "")))
+                 keyspace.free(account_id, ""), *self._record_args(account_id, record)))
 
     async def _run(self, calls: list) -> list:
         """Run script calls: one alone is one EVALSHA; several go in one round trip (a pipeline;
@@ -445,9 +461,11 @@ class Ledger:
 
     async def _reap_account(self, account_id: str, index: str, now_ms: int) -> int:
         t = keyspace.tag(account_id)
-        keys = (t + ":wallet", keyspace.holds(account_id), keyspace.streams(account_id), index)
+        keys = (t + ":wallet", keyspace.holds(account_id), keyspace.streams(account_id), index,
+                keyspace.requests(account_id))
+        _, _, _, prefix, _, keep_ms, most = self._record_args(account_id, None)
         args = (account_id, now_ms, keyspace.hold(account_id, ""), keyspace.key_record(account_id, ""),
-                REAPED_KEEP_MS, REAP_BATCH)
+                REAPED_KEEP_MS, REAP_BATCH, prefix, keep_ms, most)
         total = 0
         while True:
             released, _next = await self._reap(self.client, keys, args)
@@ -517,8 +535,9 @@ class Ledger:
                     continue
                 try:
                     e = orjson.loads(raw)
+                    rec = self._record_args(e["a"], e.get("r"), e.get("rt"))
                     call = self._settle_call(e["a"], e["h"], e["m"], int(e["c"]), int(e["p"]), int(e["q"]),
-                                             int(e.get("x", 0)))
+                                             int(e.get("x", 0)), rec)
                 except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
                     log.error("journal: unreadable line skipped (%d bytes)", len(raw))
                     continue

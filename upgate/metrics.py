@@ -17,6 +17,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client import values
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from upgate import records
+
 
 def multiprocess() -> bool:
     """True when samples go through files shared by every worker process (decided by
@@ -109,7 +111,7 @@ def observe(ctx, handler) -> None:
     key = getattr(handler, "key", None)
     hold = getattr(handler, "hold", None)
     answered = getattr(handler, "answered", None)
-    ctx.access_log.write({
+    line = {
         "ts": round(time.time(), 3),
         "request_id": handler.request_id,
         "method": handler.request.method,
@@ -123,7 +125,13 @@ def observe(ctx, handler) -> None:
         "upstream_ms": round(upstream_ms, 2),
         "overhead_ms": round(max(0.0, total * 1000 - upstream_ms), 3),
         "cost_micro": getattr(handler, "cost_micro", 0) if hold is not None else 0,
-    })
+    }
+    record = getattr(handler, "record", None)
+    if record is not None:  # a billable request: the fields of its request record too
+        for name, value in records.log_fields(record).items():
+            line.setdefault(name, value)
+        line["model"] = record.get("model")
+    ctx.access_log.write(line)
 
 
 def _route(handler) -> str:

@@ -19,10 +19,13 @@ import tornado.netutil
 
 from upgate.app import make_app
 from upgate.context import Context
+from upgate.handlers.base import header_block_refusal
 from upgate.http1 import HTTP1Server
 from upgate.settings import Settings
 
 log = logging.getLogger("upgate")
+
+HEADER_BLOCK_MAX = 64 * 1024  # bytes of a request's start line and headers
 
 
 class BindError(OSError):
@@ -42,9 +45,9 @@ async def start_node(settings: Settings, providers: dict, sockets, client=None):
     ctx = Context(settings, providers, client=client)
     await ctx.start()
     server = HTTP1Server(make_app(ctx), max_body_size=1 << 40,  # handlers enforce the limit with a 413
-                         # a request whose headers pass 1 MB is dropped without a word; below
-                         # that the handler answers it (a huge key is a 401)
-                         max_header_size=1 << 20, idle_timeout_s=75, body_timeout_s=300)
+                         # a header block past 64 KB (or 100 lines) is answered 431 and closed
+                         max_header_size=HEADER_BLOCK_MAX, idle_timeout_s=75, body_timeout_s=300,
+                         too_large=header_block_refusal)
     await server.listen(sockets)
     return ctx, server
 
@@ -97,6 +100,30 @@ def address(host: str, sockets: list[socket.socket]) -> str:
     return f"http://{shown}:{port}"
 
 
+def check_store(url: str) -> None:
+    """Refuse a Redis that may evict keys (money) before serving: raises EvictingStore. Warns
+    about one that does not persist. A store that does not answer yet is checked by each node
+    once it does (Context._check_store)."""
+    import redis
+
+    from upgate import store, store_policy
+
+    if url.startswith("memory://"):
+        return
+    try:
+        client = store.connect_sync(url)
+        try:
+            warnings = store_policy.check(client, url)
+        finally:
+            client.close()
+    except (redis.RedisError, redis.exceptions.RedisClusterException, OSError) as e:
+        log.debug("store policy not checked at start-up (%s): each node checks it when the store "
+                  "answers", type(e).__name__)
+        return
+    for w in warnings:
+        log.warning("%s", w)
+
+
 def raise_fd_limit() -> int:
     """Every open stream holds two sockets (its client's and its provider's), so the common soft
     limit of 1,024 descriptors would cap a node near 500 streams: raise it to the hard limit."""
@@ -115,6 +142,7 @@ def run(settings: Settings, providers: dict, port: int, processes: int, host: st
     """`host` "" listens on every interface."""
     raise_fd_limit()
     sockets = bind(port, host)
+    check_store(settings.redis_url)
     log.info("listening on %s%s", address(host, sockets),
              f" ({processes} worker processes)" if processes > 1 else "")
     if processes > 1:

@@ -31,6 +31,13 @@ def _int(env: dict, name: str, default: int) -> int:
         raise SettingsError(f"{name} must be an integer, got {raw!r}") from None
 
 
+def _positive(env: dict, name: str, default: int) -> int:
+    value = _int(env, name, default)
+    if value < 1:
+        raise SettingsError(f"{name} must be a whole number of at least 1, got {env.get(name)!r}")
+    return value
+
+
 class SettingsError(ValueError):
     """A setting in the environment is malformed; the message names it."""
 
@@ -48,11 +55,14 @@ class Settings:
     shutdown_grace_s: float = 25.0
     free_quota_default: int = 50
     metrics_token: str = ""
+    metrics_public: bool = False  # /metrics without a token (UPGATE_METRICS_PUBLIC=1)
     journal_path: str = "upgate-settle.journal"
     max_streams: int = 10
     cooldown_strikes: int = 3
     keepalive_s: float = 15.0
     max_body_bytes: int = 20 * 1024 * 1024
+    request_log_days: int = 7  # request records are kept this many days …
+    request_log_max: int = 10_000  # … and at most this many per account
     extra: dict = field(default_factory=dict)
 
     @property
@@ -82,5 +92,8 @@ def from_env(env: dict | None = None) -> Settings:
         shutdown_grace_s=_float(env, "UPGATE_SHUTDOWN_GRACE_S", 25.0),
         free_quota_default=_int(env, "UPGATE_FREE_QUOTA_DEFAULT", 50),
         metrics_token=env.get("UPGATE_METRICS_TOKEN", ""),
+        metrics_public=env.get("UPGATE_METRICS_PUBLIC", "") == "1",
         journal_path=env.get("UPGATE_JOURNAL") or Settings.journal_path,
+        request_log_days=_positive(env, "UPGATE_REQUEST_LOG_DAYS", Settings.request_log_days),
+        request_log_max=_positive(env, "UPGATE_REQUEST_LOG_MAX", Settings.request_log_max),
     )

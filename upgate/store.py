@@ -104,9 +104,39 @@ def _driver_info():
     return DriverInfo(lib_version=redis.__version__).add_upstream_driver("upgate", __version__)
 
 
+# After Redis restarts, every pooled connection opened before is dead and fails its first
+# command. The first such failure drops every idle pooled connection (all as old, so as dead),
+# and a command that is safe to send twice is sent again on a new one: reads, and SCRIPT LOAD.
+# A write is never repeated (a lost reply may hide one that ran: a top-up would apply twice).
+# Script calls, the hot path, go through the script channel, which sees its connection close
+# at once and reconnects; settle retries itself (idempotent by hold id). docs/redis.md
+_READS = frozenset(("GET", "MGET", "HGET", "HMGET", "HGETALL", "HLEN", "EXISTS", "TTL", "PTTL", "TYPE",
+                    "ZRANGE", "ZRANGEBYSCORE", "ZSCORE", "ZCARD", "ZCOUNT", "SMEMBERS", "SISMEMBER",
+                    "SCARD", "LRANGE", "LLEN", "SCAN", "HSCAN", "SSCAN", "ZSCAN", "PING", "INFO",
+                    "SCRIPT LOAD"))
+
+
+def _reads_only(commands) -> bool:
+    return all(str(args[0]).upper() in _READS for args, _options in commands)
+
+
+class _Pipeline(aioredis.client.Pipeline):
+    async def execute(self, raise_on_error: bool = True):
+        stack = list(self.command_stack)
+        try:
+            return await super().execute(raise_on_error)
+        except rexc.ConnectionError:
+            await self.connection_pool.disconnect(inuse_connections=False)
+            if self.is_transaction or not stack or not _reads_only(stack):
+                raise
+            self.command_stack = stack  # (execute reset it)
+            return await super().execute(raise_on_error)
+
+
 class _Redis(aioredis.Redis):
     """A single-node client whose EVALSHAs (every script call: the hot path) share one pipelined
-    connection (script_channel.py); other commands and pipelines use the pool as usual."""
+    connection (script_channel.py); other commands and pipelines use the pool as usual, and
+    reads among them are sent again once on a dead connection (_READS)."""
 
     def __init__(self, *, connection_pool, **kwargs):
         super().__init__(connection_pool=connection_pool, **kwargs)
@@ -115,6 +145,18 @@ class _Redis(aioredis.Redis):
 
     def evalsha(self, sha, numkeys, *keys_and_args):
         return self.scripts.execute("EVALSHA", sha, numkeys, *keys_and_args)
+
+    async def execute_command(self, *args, **options):
+        try:
+            return await super().execute_command(*args, **options)
+        except rexc.ConnectionError:
+            await self.connection_pool.disconnect(inuse_connections=False)
+            if str(args[0]).upper() not in _READS:
+                raise
+            return await super().execute_command(*args, **options)
+
+    def pipeline(self, transaction: bool = True, shard_hint=None) -> _Pipeline:
+        return _Pipeline(self.connection_pool, self.response_callbacks, transaction, shard_hint)
 
     async def aclose(self, close_connection_pool=None):
         await self.scripts.close()

@@ -19,6 +19,7 @@ from tornado.httputil import HTTPHeaders, format_timestamp
 from upgate import __version__
 from upgate.errors import GatewayError
 from upgate.ledger import store_unavailable
+from upgate.requests import BodyShape
 
 log = logging.getLogger("upgate")
 
@@ -43,6 +44,18 @@ def new_request_id() -> str:
     return "req_" + os.urandom(12).hex()
 
 
+def header_block_refusal() -> bytes:
+    """The 431 the HTTP layer writes for a header block past its limits (upgate/http1.py), before
+    any handler exists: the spec's error shape and a request id all the same."""
+    err, rid = GatewayError("request_header_too_large"), new_request_id()
+    body = orjson.dumps(err.body())
+    head = [f"HTTP/1.1 {err.status} Request Header Fields Too Large", f"Server: {_SERVER}",
+            "Content-Type: application/json", f"Date: {_http_date()}", f"X-Svc-Request-Id: {rid}",
+            f"X-Request-Id: {rid}", *(f"{k}: {v}" for k, v in err.headers().items()),
+            "Connection: close", f"Content-Length: {len(body)}"]
+    return ("\r\n".join(head) + "\r\n\r\n").encode("latin1") + body
+
+
 @tornado.web.stream_request_body
 class BaseHandler(tornado.web.RequestHandler):
     """Dependencies arrive through ``initialize(ctx=...)`` from the route table, never globals.
@@ -53,6 +66,11 @@ class BaseHandler(tornado.web.RequestHandler):
     """
 
     keep_body = False
+    # The route needs a key: it is checked in prepare(), before any of the body is read or
+    # `100 Continue` is sent; a refused request is answered and its connection closed.
+    needs_key = False
+    key = None  # keys.KeyInfo once authenticated
+    account = None
 
     rate = None  # ledger.RateInfo once a key's window was read; headers on every response
     error: GatewayError | None = None  # what the access log reports
@@ -61,21 +79,30 @@ class BaseHandler(tornado.web.RequestHandler):
         self.ctx = ctx
         self.started = time.monotonic()
 
-    def prepare(self) -> None:
+    async def prepare(self) -> None:
         self._body: list[bytes] | None = []
         self._size = 0
+        self._shape = BodyShape() if self.keep_body else None
         limit = self.ctx.settings.max_body_bytes
         length = self.request.headers.get("Content-Length")
         if length is not None:
-            if not length.isdigit():
+            if not (length.isascii() and length.isdigit()):  # ("²" and "٣" are digits too)
                 raise GatewayError("invalid_request", "Content-Length is malformed.")
             if int(length) > limit:
                 raise GatewayError("request_too_large")
+        if self.needs_key and self._serves(self.request.method):  # (else Tornado's 405 follows)
+            self.key, self.account = await self.ctx.auth.authenticate(self.request.headers,
+                                                                      self.request.remote_ip)
         # No per-request max_body_size: Tornado would refuse the chunk that crosses it with a
         # bare 400 before data_received sees it. The server-wide bound is far above the limit.
         ready = getattr(self.request.connection, "ready_for_body", None)
         if ready is not None:  # upgate/http1.py: the body now, not two loop turns later
             ready()
+
+    @classmethod
+    def _serves(cls, method: str) -> bool:
+        name = method.lower()
+        return getattr(cls, name, None) is not getattr(tornado.web.RequestHandler, name, None)
 
     def data_received(self, chunk: bytes) -> None:
         if self._body is None:
@@ -85,6 +112,12 @@ class BaseHandler(tornado.web.RequestHandler):
             self._body = None
             self.send_gateway_error(GatewayError("request_too_large"))
         elif self.keep_body:
+            try:
+                self._shape.feed(chunk)  # depth and value count, before anything is parsed
+            except GatewayError as e:
+                self._body = None
+                self.send_gateway_error(e)
+                return
             self._body.append(chunk)
 
     def body_bytes(self) -> bytes | None:

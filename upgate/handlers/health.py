@@ -30,9 +30,12 @@ class HealthHandler(BaseHandler):
             redis_ok = False
         ctx.redis_ok = redis_ok
         down = [] if redis_ok else ["redis"]
+        if ctx.store_refusal:
+            down.append("redis-eviction")
         body = {
             "status": "degraded" if down else "ok",
             "down": down,
+            "warnings": [ctx.store_refusal, *ctx.store_warnings] if ctx.store_refusal else ctx.store_warnings,
             "redis": "ok" if redis_ok else "unreachable",
             "catalog": "loaded" if ctx.catalog.loaded else "missing",
             "draining": ctx.draining,
@@ -58,15 +61,37 @@ def _journal(ctx) -> dict:
 
 
 class MetricsHandler(BaseHandler):
-    def get(self) -> None:
-        token = self.ctx.settings.metrics_token
-        if token:
-            given = self.request.headers.get("Authorization", "")
-            if not hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
-                raise GatewayError("invalid_api_key")
+    async def get(self) -> None:
+        if not await metrics_allowed(self.ctx, self.request.headers):
+            raise GatewayError("invalid_api_key", "/metrics needs `Authorization: Bearer <token>`: "
+                               "UPGATE_METRICS_TOKEN or an admin token.")
         metrics = self.ctx.metrics
         if metrics is None:
             raise GatewayError("not_found", "Metrics are not enabled on this node.")
         body, content_type = metrics.render()
         self.set_header("Content-Type", content_type)
         self.finish(body)
+
+
+async def metrics_allowed(ctx, headers) -> bool:
+    """/metrics shows business figures: closed unless the operator opened it
+    (UPGATE_METRICS_PUBLIC=1), or the request carries UPGATE_METRICS_TOKEN or an admin token."""
+    if ctx.settings.metrics_public:
+        return True
+    scheme, _, token = headers.get("Authorization", "").strip().partition(" ")
+    token = token.strip()
+    if scheme.lower() != "bearer" or not token:
+        return False
+    expected = ctx.settings.metrics_token
+    if expected and hmac.compare_digest(token.encode(), expected.encode()):
+        return True
+    return await _admin_token(ctx, token)
+
+
+async def _admin_token(ctx, token: str) -> bool:
+    """An admin token (upgate/admin_tokens.py, read-only ones included), through the node's
+    management-API cache (`ctx.admin`, present once the management API is built in)."""
+    admin = getattr(ctx, "admin", None)
+    if admin is None:
+        return False
+    return await admin.verify(token) is not None

@@ -22,11 +22,12 @@ from upgate.catalog import check_allowed
 from upgate.errors import GatewayError
 from upgate.handlers.base import BaseHandler
 from upgate.ledger import Rejected, SettlementNotRecorded
+from upgate.refusals import LARGE_BODY
 from upgate.requests import parse_json, validate, wants_web_search
 from upgate.upstream import sse
 from upgate.upstream.client import UpstreamCut, UpstreamTimeout, UpstreamUnreachable
 from upgate.upstream.dialects import prepare_body
-from upgate.upstream.errors import map_error
+from upgate.upstream.errors import body_error_message, map_error
 
 log = logging.getLogger("upgate")
 
@@ -37,6 +38,7 @@ _RATE_CODES = {"upstream_rate_limited", "free_capacity_exhausted"}
 # event (what it bills us by) is waited for, rather than billing an estimate of what was relayed.
 USAGE_GRACE_S = 10.0
 _MAX_TOKENS = 100_000_000  # per request and kind: more than any context window holds
+_CLIENT_CLOSED = (499, "client_closed")  # a request record's outcome when the client left first
 # How most providers write a chunk that finishes nothing: a byte search skips _finishes for it.
 _NOT_DONE = b'"finish_reason":null'
 
@@ -54,6 +56,7 @@ class ProxyHandler(BaseHandler):
     CAPABILITY = "chat"
 
     keep_body = True
+    needs_key = True
     # Per-request state. Class defaults, because on_connection_close and on_finish may run
     # for a request that prepare() refused before it got anywhere.
     _call = None
@@ -63,7 +66,6 @@ class ProxyHandler(BaseHandler):
     _sse_open = False
     _billed = True  # nothing to settle until a hold exists
     hold = None
-    key = None
     answered = None
     cost_micro = 0
     upstream_ms = 0.0  # time spent on the provider, summed over every attempt
@@ -73,6 +75,9 @@ class ProxyHandler(BaseHandler):
     stream = False
     billing = None  # "settled" | "released", for metrics
     free = False
+    model_id = None  # the model the client asked for (its first, with a `models` list)
+    ttfb_ms = None  # request arrival → the answering provider's response headers
+    record = None  # the request record (upgate/records.py) settle/release kept; the access log too
 
     # ---- the request
     async def post(self) -> None:
@@ -80,10 +85,17 @@ class ProxyHandler(BaseHandler):
         if self._finished or raw is None:
             return
         ctx = self.ctx
-        key, _account = await ctx.auth.authenticate(self.request.headers)
-        self.key = key
+        key = self.key  # checked in prepare(), before the body was read
+        # a key admit refused is refused again here, before its body is parsed (refusals.py)
         try:
-            req = validate(parse_json(raw), self.ROUTE)
+            ctx.refusals.check_rate(key.key_id)
+        except Rejected as e:
+            self.set_rate(e.rate)
+            raise
+        if len(raw) > LARGE_BODY:
+            await ctx.refusals.check_balance(ctx.redis, key.account_id, len(raw))
+        try:
+            req = validate(parse_json(raw, shape_checked=True), self.ROUTE)
             self._body = []
             models = [ctx.catalog.resolve(m) for m in req.model_ids]
             for m in models:
@@ -94,7 +106,7 @@ class ProxyHandler(BaseHandler):
         except GatewayError:
             await self._peek_rate(key)
             raise
-        self.stream = req.stream
+        self.stream, self.model_id = req.stream, models[0].id
         free = all(m.free for m in models)
         hold_micro = 0 if free else sizing.hold_micro(req.body, models)
         alternative = None
@@ -107,10 +119,12 @@ class ProxyHandler(BaseHandler):
         try:
             self.hold = await ctx.ledger.admit(
                 account_id=key.account_id, key_id=key.key_id, model=models[0].id,
-                hold_micro=hold_micro, stream=req.stream, free=free, alternative=alternative)
+                hold_micro=hold_micro, stream=req.stream, free=free, alternative=alternative,
+                request_id=self.request_id)
         except Rejected as e:
             if e.rate is not None:
                 self.set_rate(e.rate)
+            ctx.refusals.note(key.key_id, key.account_id, e)
             raise
         self.set_rate(self.hold.rate)
         self._billed = False
@@ -184,7 +198,9 @@ class ProxyHandler(BaseHandler):
         # model was not cold before (cold ones are skipped) and is cold after → this made it cold.
         # (A strike of another node landing in the same instant would be counted here too.)
         warm = final is not None and not ctx.ledger.cold_until(final)
-        await self._release(credit_free=True, strike=final)
+        outcome = _CLIENT_CLOSED if self._gone else (502, "upstream_error") if self._aborted else \
+            (last.status, last.code)
+        await self._release(credit_free=True, strike=final, outcome=outcome)
         if warm and ctx.ledger.cold_until(final):
             self._count_cooldown(final)
         if self._gone:
@@ -228,9 +244,10 @@ class ProxyHandler(BaseHandler):
                 except (UpstreamCut, UpstreamTimeout):
                     raw = b""
                 self._attempt_over()
-                status, code, message = map_error(call.status, raw, provider, model.free)
+                status, code, message = map_error(call.status, raw, provider, model.free, model)
                 raise _Failed(GatewayError(code, message, status=status), strike=code in _RATE_CODES)
             self.answered = model
+            self.ttfb_ms = round((time.monotonic() - self.started) * 1000)
             if req.stream:
                 await self._relay_stream(call, model, req.body)
             else:
@@ -266,7 +283,8 @@ class ProxyHandler(BaseHandler):
         except ValueError:  # orjson.JSONDecodeError included
             raise _Failed(GatewayError("upstream_error", "The provider returned a malformed response.")) from None
         if isinstance(obj.get("error"), dict):  # some providers answer 200 with an error body
-            raise _Failed(GatewayError("upstream_error", _error_message(obj["error"])))
+            raise _Failed(GatewayError("upstream_error", body_error_message(
+                obj["error"], self.ctx.providers.get(model.provider), model)))
         usage = obj.get("usage") if isinstance(obj.get("usage"), dict) else {}
         prompt = _int(usage.get("prompt_tokens"), sizing.prompt_tokens(body))
         completion = _int(usage.get("completion_tokens"), _tokens(_chars_json(obj)))
@@ -382,7 +400,8 @@ class ProxyHandler(BaseHandler):
                     if not isinstance(obj, dict):
                         continue
                     if isinstance(obj.get("error"), dict):
-                        raise UpstreamCut(_error_message(obj["error"]))
+                        raise UpstreamCut(body_error_message(
+                            obj["error"], self.ctx.providers.get(model.provider), model))
                     chars += _chars_chunk(obj)
                     if not self._generated and _finishes(payload, obj):
                         self._generated = True
@@ -474,12 +493,14 @@ class ProxyHandler(BaseHandler):
         """Mid-stream failure, client disconnect or shutdown: settle what was consumed, by the
         provider's last usage if it reported one, else by what the client was sent."""
         if not self._billed:
+            code = _CLIENT_CLOSED[1] if self._gone else "upstream_timeout" \
+                if isinstance(error, UpstreamTimeout) else "upstream_error"
             if usage is not None:
-                await self._settle(model, body, *_usage_tokens(usage, body, chars), usage)
+                await self._settle(model, body, *_usage_tokens(usage, body, chars), usage, code=code)
             elif chars:
-                await self._settle(model, body, sizing.prompt_tokens(body), _tokens(chars))
+                await self._settle(model, body, sizing.prompt_tokens(body), _tokens(chars), code=code)
             else:
-                await self._release(credit_free=True)
+                await self._release(credit_free=True, outcome=(_CLIENT_CLOSED[0] if self._gone else 200, code))
         if self._gone or self._finished:
             return
         if self._aborted:
@@ -508,9 +529,11 @@ class ProxyHandler(BaseHandler):
             self._gone = True
 
     # ---- billing
-    async def _settle(self, model, body, prompt: int, completion: int, usage: dict | None = None) -> None:
+    async def _settle(self, model, body, prompt: int, completion: int, usage: dict | None = None,
+                      code: str | None = None) -> None:
         """Charge by the provider's usage: cached prompt tokens at their own prices, or the
-        provider's reported cost where its provider section says bill_by = "provider_cost"."""
+        provider's reported cost where its provider section says bill_by = "provider_cost".
+        `code`: why a stream was cut part-way, for the request record (None: it completed)."""
         if self._billed:
             return
         self._billed = True
@@ -524,23 +547,41 @@ class ProxyHandler(BaseHandler):
             if usd is not None and rate is not None:  # else the token prices, as for any provider
                 self.cost_micro = sizing.provider_cost_micro(usd, *rate)
         self.prompt_tokens, self.completion_tokens = prompt, completion
+        self.record = self._record(200, code, prompt, completion, min(cached, prompt))
         if not await self.ctx.ledger.settle(
                 self.key.account_id, self.hold.hold_id, key_id=self.key.key_id, model=model.id,
                 cost_micro=self.cost_micro, prompt_tokens=prompt, completion_tokens=completion,
-                cached_tokens=min(cached, prompt), cooldown_reset=model.id):
+                cached_tokens=min(cached, prompt), cooldown_reset=model.id, record=self.record):
             # the store knew no such hold (lost in a failover, or closed by something else):
             # the answer went out uncharged, and only the operator can make that right
             log.warning("request %s: the store had no hold %s to settle; %d micro-toman for "
                         "account %s were not charged", self.request_id, self.hold.hold_id,
                         self.cost_micro, self.key.account_id)
 
-    async def _release(self, credit_free: bool = False, strike: str | None = None) -> None:
+    async def _release(self, credit_free: bool = False, strike: str | None = None,
+                       outcome: tuple = (500, "internal_error")) -> None:
+        """Charge nothing. `outcome`: (status, code) the request ended with."""
         if self._billed:
             return
         self._billed = True
         self.billing = "released"
+        self.record = self._record(*outcome, 0, 0, 0)
         await self.ctx.ledger.release(self.key.account_id, self.hold.hold_id,
-                                      credit_free=credit_free and self.free, strike=strike)
+                                      credit_free=credit_free and self.free, strike=strike,
+                                      record=self.record)
+
+    def _record(self, status: int, code: str | None, prompt: int, completion: int, cached: int) -> dict:
+        """The request's record (upgate/records.py): no content, only what it cost and how it went."""
+        answered = self.answered
+        return {"request_id": self.request_id, "account_id": self.key.account_id,
+                "key_id": self.key.key_id, "key_prefix": self.key.prefix, "model": self.model_id,
+                "answered_model": answered.id if answered else None,
+                "provider": answered.provider if answered else None, "stream": self.stream,
+                "status": status, "code": code, "prompt_tokens": prompt, "completion_tokens": completion,
+                "cached_tokens": cached, "hold_micro": self.hold.hold_micro,
+                "cost_micro": self.cost_micro if self.billing == "settled" else 0,
+                "ttfb_ms": self.ttfb_ms if answered else None,
+                "duration_ms": round((time.monotonic() - self.started) * 1000)}
 
     @property
     def _meta(self) -> bool:
@@ -666,11 +707,6 @@ def _content_event(payload: bytes) -> dict | None:
     if obj is None or isinstance(obj.get("usage"), dict) or isinstance(obj.get("error"), dict):
         return None
     return obj
-
-
-def _error_message(err: dict) -> str:
-    msg = err.get("message")
-    return msg if isinstance(msg, str) else "The provider returned an error."
 
 
 def _list(value) -> list:

@@ -30,10 +30,11 @@ def parse_range(start: str | None, end: str | None) -> list[str]:
 
 
 class UsageHandler(BaseHandler):
+    needs_key = True
+
     async def get(self) -> None:
         ctx = self.ctx
-        key, _account = await ctx.auth.authenticate(self.request.headers)
-        self.key = key  # the access log names the key (prefix) and its account
+        key = self.key  # (checked in prepare; the access log names it and its account)
         self.set_rate(await ctx.ledger.rate_peek(key.account_id, key.key_id))
         group_by = self.get_query_argument("group_by", "key")
         if group_by not in ("key", "model", "day"):

@@ -8,7 +8,8 @@ provider's own code. Upstream 402 is treated like 401/403: it means the operator
 account at the provider is out of credit, and passing it on would read as the client's
 own insufficient_balance.
 
-The provider's `error.message` passes verbatim, scrubbed of what identifies the upstream.
+The provider's `error.message` passes verbatim, scrubbed of what identifies the upstream,
+through scrub.client_text (the one exit for provider text), whatever status it came with.
 """
 
 import logging
@@ -16,7 +17,7 @@ import re
 
 import orjson
 
-from upgate.upstream.scrub import scrub
+from upgate.upstream.scrub import client_text
 
 log = logging.getLogger("upgate.upstream")
 
@@ -33,8 +34,9 @@ GENERIC = {
 _CREDENTIALS = "The upstream provider refused the gateway's credentials; the operator has been notified."
 
 
-def map_error(status: int, body: bytes, provider, free: bool) -> tuple[int, str, str]:
-    """(status, code, message) for the client, from an upstream error response."""
+def map_error(status: int, body: bytes, provider, free: bool, model=None) -> tuple[int, str, str]:
+    """(status, code, message) for the client, from an upstream error response. `model`: the
+    catalog entry asked for (its upstream id is named as the client's in the message)."""
     message, provider_code = _parse(body)
     if status in (400, 413, 422):
         out_status, code = 400, "invalid_request"
@@ -49,13 +51,23 @@ def map_error(status: int, body: bytes, provider, free: bool) -> tuple[int, str,
     elif 400 <= status < 500:
         out_status = status
         code = provider_code if provider_code and _CODE_RE.match(provider_code) else "upstream_error"
+        if code != "upstream_error" and client_text(code, provider, model) != code:
+            code = "upstream_error"  # a code that names the upstream (a host, a key, an org)
     else:  # 5xx, and anything else that is not a success
         out_status, code = 502, "upstream_error"
     if message is None:
         message = GENERIC.get(code, GENERIC["upstream_error"])
     else:
-        message = scrub(message, provider)
+        message = client_text(message, provider, model)
     return out_status, code, message
+
+
+def body_error_message(error: dict, provider, model=None) -> str:
+    """The message of an `error` object a provider sent in a 200 body or a stream event."""
+    message = error.get("message")
+    if not isinstance(message, str) or not message:
+        return "The provider returned an error."
+    return client_text(message, provider, model)
 
 
 def _parse(body: bytes) -> tuple[str | None, str | None]:

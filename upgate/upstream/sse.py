@@ -27,7 +27,9 @@ class SSEParser:
     __slots__ = ("_buf", "_data", "_after_cr", "_started")
 
     def __init__(self) -> None:
-        self._buf = b""  # an incomplete last line, line endings already normalised to LF
+        # an incomplete last line, line endings already normalised to LF, as the pieces it came
+        # in: joined once its line ends, so a 10 MB event costs one join, not one per piece
+        self._buf: list[bytes] = []
         self._data: list[bytes] = []  # data lines of the event being built
         self._after_cr = False  # the previous chunk ended in CR: a leading LF belongs to it
         self._started = False
@@ -37,28 +39,37 @@ class SSEParser:
             return []
         if self._after_cr and data[0] == 0x0A:
             data = data[1:]
+            if not data:
+                return []
         self._after_cr = data[-1:] == b"\r"
         if not self._started:
-            buf = self._buf + data
+            buf = b"".join(self._buf) + data
             if len(buf) < 3 and _BOM.startswith(buf):
-                self._buf = buf  # could still be the start of a byte-order mark
+                self._buf = [buf]  # could still be the start of a byte-order mark
                 return []
             self._started = True
+            self._buf = []
             if buf.startswith(_BOM):
                 buf = buf[3:]
-        else:
-            buf = self._buf + data if self._buf else data
-        if b"\r" in buf:
-            buf = buf.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
-        lines = buf.split(b"\n")
-        self._buf = lines.pop()
+            data = buf
+        if b"\r" in data:
+            data = data.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        if b"\n" not in data:
+            self._buf.append(data)  # the line goes on
+            return []
+        if self._buf:
+            self._buf.append(data)
+            data = b"".join(self._buf)
+        lines = data.split(b"\n")
+        last = lines.pop()
+        self._buf = [last] if last else []
         return self._lines(lines)
 
     def flush(self) -> list[bytes]:
         """End of stream: dispatch an event the upstream left unterminated (lenient: the
         standard would drop it, but a provider that omits the last blank line still meant it)."""
-        lines = [self._buf] if self._buf else []
-        self._buf = b""
+        lines = [b"".join(self._buf)] if self._buf else []
+        self._buf = []
         lines.append(b"")
         return self._lines(lines)
 

@@ -1,0 +1,31 @@
+"""`upgate-admin audit`: every account's balance against everything recorded for it."""
+from __future__ import annotations
+
+import click
+
+from admin_cli.output import Refused, emit, json_option, table
+
+
+@click.command()
+@click.option("--deep", is_flag=True, help="Also add up every transaction log (slower).")
+@json_option
+def audit(deep: bool, as_json: bool) -> None:
+    """Check that every account's balance equals its transactions minus its charges. Exit 1,
+    naming the accounts, when any does not. Cheap enough to run hourly (see docs/money.md).
+
+    \b
+    Example:
+      upgate-admin audit --json
+    """
+    from admin_cli.main import redis_client
+    from upgate import audit as audit_
+
+    result = audit_.run(redis_client(), deep=deep)
+    bad = result["mismatches"]
+    t = table(f"{result['accounts']} accounts audited, {len(bad)} mismatches",
+              ["account id", "balance", "expected"],
+              [[m["account_id"], m["balance_toman"], m["expected_toman"]] for m in bad])
+    emit(result, table=t)
+    if bad:
+        names = ", ".join(m["account_id"] for m in bad[:10]) + (" …" if len(bad) > 10 else "")
+        raise Refused(f"{len(bad)} accounts do not add up: {names}")

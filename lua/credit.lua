@@ -1,0 +1,85 @@
+--! uses _lib
+--[[
+  credit.lua: record one transaction of an account's wallet (opening balance, top-up or
+  adjustment) atomically with the balance change it makes, idempotently by its ref.
+
+  In one step, in the account's slot:
+  - the account must exist (its wallet hash);
+  - an account from before transactions were recorded (no `credited` field) first gets an
+    honest opening transaction equal to its balance then (`migrate`, _lib.lua);
+  - a ref already used answers the first transaction (replayed) when kind and amount match, and
+    a conflict otherwise; nothing changes either way (the ref is re-set to the same value so the
+    caller's WAIT covers the original write too);
+  - kind "opening" applies only to an account without any transaction yet (account create's
+    second step; a retry replays the first);
+  - the new balance must stay within +/- max (2^53 micro-toman, the exact range of Lua numbers);
+    the range test never forms balance + amount, so every comparison is exact;
+  - balance and the lifetime `credited` counter move by the amount (HINCRBY on the decimal text:
+    64-bit integers in Redis), and the record is appended to the account's transaction log.
+
+  A record in the log is the string "<time ms>|<kind>|<amount>|<balance after>|<json>", where
+  <json> (built by upgate/transactions.py) holds id, ref, note and actor; amounts in micro-toman.
+
+  Input:
+    KEYS[1] wallet           hash {a:<acct>}:wallet (balance, credited, charged: micro-toman)
+    KEYS[2] refs             hash {a:<acct>}:refs   ref -> "<log position>|<kind>|<amount>"
+    KEYS[3] transaction log  list {a:<acct>}:txns   oldest first
+    ARGV[1] kind             "opening" | "topup" | "adjustment" | "migrate" (only the migration)
+    ARGV[2] amount           integer micro-toman; |amount| <= ARGV[3]
+    ARGV[3] max              integer micro-toman: the largest |balance| allowed (2^53)
+    ARGV[4] ref              "" = none
+    ARGV[5] record json      {"id", "ref", "note", "actor"}
+    ARGV[6] migration json   the same for a migration's opening transaction
+
+  Output: {code, balance, record}
+    {0, balance, record}     applied
+    {1, 0, ""}               unknown account: nothing written
+    {2, balance, ""}         the new balance would pass +/- max: nothing written
+    {3, balance, record}     replayed: this ref was used with this kind and amount (the first record)
+    {4, balance, record}     conflict: this ref was used with another kind or amount (its record)
+]]
+local wallet, refs, txns = KEYS[1], KEYS[2], KEYS[3]
+local kind, amount_text = ARGV[1], ARGV[2]
+local amount, max = tonumber(ARGV[2]), tonumber(ARGV[3])
+local ref, record_json, migration_json = ARGV[4], ARGV[5], ARGV[6]
+
+if rcall('EXISTS', wallet) == 0 then
+  return {1, 0, ''}
+end
+local now = clock_ms(0)
+migrate(wallet, txns, now, migration_json)
+
+local balance = tonumber(rcall('HGET', wallet, 'balance') or '0')
+if kind == 'migrate' then
+  return {0, balance, ''}
+end
+
+if ref ~= '' then
+  local seen = rcall('HGET', refs, ref)
+  if seen then
+    local position, used = string.match(seen, '^(%d+)|(.*)$')
+    local first = rcall('LINDEX', txns, tonumber(position) - 1)
+    rcall('HSET', refs, ref, seen)
+    if used == kind .. '|' .. amount_text then
+      return {3, balance, first}
+    end
+    return {4, balance, first}
+  end
+end
+
+if kind == 'opening' and rcall('LLEN', txns) > 0 then
+  return {3, balance, rcall('LINDEX', txns, 0)}
+end
+
+if (amount > 0 and balance > max - amount) or (amount < 0 and balance < -max - amount) then
+  return {2, balance, ''}
+end
+
+local after = rcall('HINCRBY', wallet, 'balance', amount_text)
+rcall('HINCRBY', wallet, 'credited', amount_text)
+local record = istr(now) .. '|' .. kind .. '|' .. amount_text .. '|' .. istr(after) .. '|' .. record_json
+local position = rcall('RPUSH', txns, record)
+if ref ~= '' then
+  rcall('HSET', refs, ref, istr(position) .. '|' .. kind .. '|' .. amount_text)
+end
+return {0, after, record}
