@@ -134,3 +134,37 @@ def test_next_never_leaves_the_console(node, redis_url):
     for target in ("https://evil.example/", "//evil.example/admin/", "/v1/models"):
         r = c.post("/admin/login", data={"token": token, "_xsrf": xsrf(form.text), "next": target})
         assert r.headers["location"] == "/admin/"
+
+
+def test_refused_money_forms_show_the_money_layers_message_and_write_nothing(node, redis_url):
+    from upgate import transactions
+
+    _key, account_id, _kid = seed(redis_url, balance="1000")
+    c = signed_in(node, admin_token(redis_url))
+    url = f"/admin/accounts/{account_id}"
+    token = xsrf(c.get(url).text)
+    r = c.post(url + "/topups", data={"_xsrf": token, "amount_toman": "12.1234567", "ref": "pay-1", "note": "kept"})
+    assert r.status_code == 400
+    assert "six fractional digits" in r.text and 'value="kept"' in r.text and 'value="pay-1"' in r.text
+    r = c.post(url + "/adjustments", data={"_xsrf": token, "amount_toman": "-5", "ref": "adj-1", "note": ""})
+    assert r.status_code == 400
+    assert transactions.list_transactions(store.connect_sync(redis_url), account_id)[0]["kind"] == "opening"
+
+    assert c.post(url + "/topups", data={"_xsrf": token, "amount_toman": "50", "ref": "pay-2"}).status_code == 303
+    r = c.post(url + "/topups", data={"_xsrf": token, "amount_toman": "60", "ref": "pay-2"})
+    assert r.status_code == 409  # the ref is taken by another amount: the money layer's refusal
+    done = transactions.list_transactions(store.connect_sync(redis_url), account_id)
+    assert [(t["kind"], t["amount_toman"], t["actor"]) for t in done] == [
+        ("topup", "50.000000", "ops"), ("opening", "1000.000000", "cli")]
+
+
+def test_statement_csv_download(node, redis_url):
+    from upgate import jalali
+
+    _key, account_id, _kid = seed(redis_url, balance="1000")
+    c = signed_in(node, admin_token(redis_url))
+    r = c.get(f"/admin/accounts/{account_id}/statement.csv")
+    assert r.status_code == 200 and r.headers["Content-Type"].startswith("text/csv")
+    assert f'statement-{account_id}-{jalali.month_key()}.csv' in r.headers["Content-Disposition"]
+    assert "1000.000000" in r.text
+    assert c.get(f"/admin/accounts/{account_id}/statement.csv?month=1405-13").status_code == 400

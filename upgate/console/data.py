@@ -7,12 +7,7 @@ handler, which shows their one-line message.
 """
 from __future__ import annotations
 
-from upgate import accounts, catalog, catalog_store, jalali, keys, usage
-
-try:  # the money of record (branch `money`): until it is merged the pages say so
-    from upgate import records, statements, transactions
-except ImportError:  # pragma: no cover - removed once merged
-    records = statements = transactions = None
+from upgate import accounts, catalog, catalog_store, jalali, keys, records, statements, transactions, usage
 
 REQUESTS_SHOWN = 25
 
@@ -54,12 +49,10 @@ def account_page(client, account_id: str, month: str | None = None) -> dict:
         "keys": keys.list_keys(client, acct),
         "usage_days": _by_day(days, usage.report(raw, "day")),
         "usage_models": usage.report(raw, "model"),
-        "money": transactions is not None,
+        "transactions": transactions.list_transactions(client, acct, month=month),
+        "statement": statements.statement(client, acct, month),
+        "requests": records.list_requests(client, acct, limit=REQUESTS_SHOWN),
     }
-    if transactions is not None:
-        out["transactions"] = transactions.list_transactions(client, acct, month=month)
-        out["statement"] = statements.statement(client, acct, month)
-        out["requests"] = records.list_requests(client, acct, limit=REQUESTS_SHOWN)
     return out
 
 

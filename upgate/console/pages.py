@@ -12,7 +12,7 @@ import urllib.parse
 
 import tornado.web
 
-from upgate import accounts, keys
+from upgate import accounts, keys, transactions
 from upgate.console import charts, data, fmt, session
 from upgate.console.base import PREFIX, ConsoleHandler
 
@@ -127,7 +127,8 @@ class WriteHandler(AccountHandler):
         except accounts.UnknownAccount as e:
             raise tornado.web.HTTPError(404, str(e)) from None
         except ValueError as e:
-            await self.show(account_id, message=str(e), form=self.form, status=409 if _conflict(e) else 400)
+            conflict = isinstance(e, transactions.IdempotencyConflict)
+            await self.show(account_id, message=str(e), form=self.form, status=409 if conflict else 400)
             return
         if isinstance(done, dict) and "new_key" in done:
             await self.show(account_id, new_key=done["new_key"], status=201)
@@ -136,15 +137,11 @@ class WriteHandler(AccountHandler):
         self.redirect(f"{PREFIX}/accounts/{urllib.parse.quote(account_id)}#{self.anchor}", status=303)
 
 
-def _conflict(e: ValueError) -> bool:
-    return type(e).__name__ == "IdempotencyConflict"
-
-
 class TopupHandler(WriteHandler):
     form = "topup"
 
     def act(self, client, account_id: str) -> str:
-        res = data.transactions.topup(client, account_id, self.arg("amount_toman"), ref=self.arg("ref") or None,
+        res = transactions.topup(client, account_id, self.arg("amount_toman"), ref=self.arg("ref") or None,
                                       note=self.arg("note") or None, actor=self.who.name)
         return _credited("Top-up", res)
 
@@ -153,7 +150,7 @@ class AdjustmentHandler(WriteHandler):
     form = "adjust"
 
     def act(self, client, account_id: str) -> str:
-        res = data.transactions.adjust(client, account_id, self.arg("amount_toman"), note=self.arg("note"),
+        res = transactions.adjust(client, account_id, self.arg("amount_toman"), note=self.arg("note"),
                                        ref=self.arg("ref") or None, actor=self.who.name)
         return _credited("Adjustment", res)
 
