@@ -8,7 +8,7 @@ import click
 
 from admin_cli.account import refusals
 from admin_cli.output import Refused, emit, json_mode, json_option, kv_table, table, warn
-from upgate import accounts, catalog_store, jalali, keys, money
+from upgate import accounts, catalog_store, keys
 
 
 def _client():
@@ -34,27 +34,8 @@ def _pepper() -> str:
                   "(or UPGATE_INSECURE_DEV=1 for local development only)")
 
 
-def _iso_ms(ms: int | None) -> str | None:
-    return jalali.utc_iso(ms / 1000) if ms is not None else None
-
-
 def _key_json(v: dict) -> dict:
-    limit = v["monthly_limit_micro"]
-    return {
-        "key_id": v["key_id"],
-        "account_id": v["account_id"],
-        "name": v["name"],
-        "prefix": v["prefix"],
-        "last4": v["last4"],
-        "rpm": v["rpm"],
-        "monthly_limit_toman": money.fmt(limit) if limit is not None else None,
-        "spent_this_month_toman": money.fmt(v["spent_this_month_micro"]),
-        "held_toman": money.fmt(v["held_micro"]),
-        "allowed_models": v["allowed_models"],
-        "expires_at": _iso_ms(v["expires_at_ms"]),
-        "state": v["state"],
-        "created_at": jalali.utc_iso(v["created_at"]) if v["created_at"] else None,
-    }
+    return keys.to_json(v)
 
 
 def _warn_unknown_models(client, models: list[str] | None) -> None:

@@ -111,7 +111,8 @@ def _register() -> None:
     import importlib
 
     for name, attrs in (("account", ("account",)), ("key", ("key",)), ("models", ("models",)),
-                        ("usage", ("usage",)), ("audit", ("audit",)), ("requests", ("requests", "request"))):
+                        ("usage", ("usage",)), ("audit", ("audit",)), ("requests", ("requests", "request")),
+                        ("admin_token", ("admin_token",))):
         try:
             mod = importlib.import_module(f"admin_cli.{name}")
         except ModuleNotFoundError as e:  # a noun not built yet
@@ -123,6 +124,63 @@ def _register() -> None:
 
 
 _register()
+
+
+# ---- the admin log: every command that changes something is recorded, actor "cli" -------------
+
+READS = {"list", "show", "log", "transactions", "statement", "requests", "usage", "audit", "test"}
+
+
+def _plain(value):
+    """A parameter as the log keeps it: a URL loses its query and credentials (a source may
+    carry a token in either)."""
+    text = str(value)
+    if "://" in text:
+        from urllib.parse import urlsplit
+
+        u = urlsplit(text)
+        return f"{u.scheme}://{u.hostname or ''}{u.path}"
+    return text
+
+
+def _recorded(path: str, command: click.Command) -> None:
+    """Wrap a write command's callback so a success is recorded in the admin log: the first
+    argument as target, the other arguments and the options given as detail (ids, amounts,
+    refs, notes, settings: nothing a command takes is a secret)."""
+    inner = command.callback
+    names = [p.name for p in command.params if p.name != "as_json"]
+    first = next((p.name for p in command.params if isinstance(p, click.Argument)), None)
+
+    def callback(**params):
+        rv = inner(**params)
+        if params.get("dry_run"):
+            return rv
+        from upgate import admin_log
+
+        detail = {n: _plain(params[n]) for n in names
+                  if n != first and params.get(n) not in (None, False, ())}
+        target = _plain(params[first]) if first else None
+        try:
+            admin_log.record(redis_client(), "cli", path, target, detail)
+        except (redis.RedisError, RedisClusterException) as e:
+            from admin_cli.output import warn
+
+            warn(f"done, but not recorded in the admin log: {store_error(e)}")
+        return rv
+
+    command.callback = callback
+
+
+def _record_writes(group: click.Group, prefix: str = "") -> None:
+    for name, command in group.commands.items():
+        path = f"{prefix}{name}"
+        if isinstance(command, click.Group):
+            _record_writes(command, path + " ")
+        elif name not in READS and command.callback is not None:
+            _recorded(path, command)
+
+
+_record_writes(cli)
 
 
 def main() -> None:

@@ -126,7 +126,8 @@ def test_show_and_list(client, r):
     assert created > 0
     assert v == {"account_id": a, "phone": "09121234567", "phone_masked": "0912***4567",
                  "balance_micro": 10_000_000, "held_micro": 2_500_000, "available_micro": 7_500_000,
-                 "suspended": False, "free_quota": None, "free_used_today": 3, "key_count": 2}
+                 "suspended": False, "free_quota": None, "free_used_today": 3, "low_balance_micro": None,
+                 "key_count": 2}
     assert [x["account_id"] for x in accounts.list_accounts(client)] == sorted(
         [a, b], key=lambda i: (accounts.show(client, i)["created_at"], i))
     assert [x["account_id"] for x in accounts.list_accounts(client, phone="09120000000")] == [b]

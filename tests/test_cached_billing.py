@@ -11,7 +11,7 @@ import pytest
 import redis
 
 from tests.gateway import CATALOG, Node, seed, test_settings as node_settings
-from upgate import catalog, catalog_store, jalali, keyspace, store, usage
+from upgate import catalog, catalog_store, jalali, keyspace, money, records, store, usage
 from upgate.upstream.providers import Provider
 
 PROMPT = [{"role": "user", "content": "x" * 400}]  # the mock counts 400 // 4 = 100 prompt tokens
@@ -78,6 +78,9 @@ def test_cached_tokens_are_charged_at_their_prices(node, redis_url, stream):
     totals = report["totals"]
     assert totals["requests"] == len(cases) and totals["prompt_tokens"] == 100 * len(cases)
     assert totals["cached_tokens"] == 64 + 64 + 100 + 10
+    kept = records.list_requests(store.connect_sync(redis_url), account_id)  # newest first
+    assert [x["cached_tokens"] for x in kept] == [10, 100, 0, 64, 64, 0]
+    assert [x["cost_toman"] for x in kept] == [money.fmt(cost) for _, cost in reversed(cases)]
 
 
 def test_holds_stay_at_the_full_prompt_price(node, redis_url):

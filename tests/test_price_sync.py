@@ -289,6 +289,12 @@ def test_sync_from_a_url(env, source_server):
     assert res.exit_code == 0, res.output
     assert [a["model"] for a in json.loads(res.stdout)["added"]] == ["anthropic/claude-3.5-sonnet"]
     assert catalog_store.read_syncs(env)["openrouter"]["source"] == url
+    secret = url.replace("http://", "http://user:s3cret@")  # credentials are used, never recorded
+    doc = json.loads(handler.body)
+    doc["data"][0]["pricing"]["prompt"] = "0.00000016"
+    handler.body = json.dumps(doc).encode()
+    assert invoke(*sync_args(secret)).exit_code == 0
+    assert catalog_store.read_syncs(env)["openrouter"]["source"] == url
 
 
 def test_a_url_source_that_fails_is_refused(env, source_server, monkeypatch):

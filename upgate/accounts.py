@@ -6,7 +6,8 @@ may go negative after a settle above its hold), ``held`` (micro-toman of open ho
 billing scripts; created here as 0), ``credited`` and ``charged`` (lifetime Σ transactions and Σ
 charges, kept by lua/credit.lua and lua/settle.lua: balance == credited − charged; see
 upgate/transactions.py), ``suspended`` ("0"/"1"), ``free_quota`` (requests per
-Tehran day; absent = the deployment default) and ``created_at`` (unix seconds). Every account id
+Tehran day; absent = the deployment default) and ``created_at`` (unix seconds), ``low_balance`` (micro-toman; absent = no low-balance alert:
+the webhooks read it). Every account id
 (a UUID4 string) is also in the set ``keyspace.ACCOUNTS``.
 
 Every operation here validates first and writes after, so refused input writes nothing; writes
@@ -69,7 +70,13 @@ class InvalidAmount(AccountError):
 class InvalidQuota(AccountError):
     """A free quota is not a whole number from 0 to MAX_FREE_QUOTA."""
 
-    field = "free_quota"
+    field = "free_quota_per_day"
+
+
+class InvalidCursor(AccountError):
+    """A listing cursor is not one this service handed out."""
+
+    field = "cursor"
 
 
 # ---- pure helpers -----------------------------------------------------------------------------
@@ -251,12 +258,7 @@ def resume(client, account_id: str) -> bool:
 def set_free_quota(client, account_id: str, n: int | None) -> None:
     """Set the account's daily `:free` request quota (0 = no free requests); None goes back
     to the deployment default (UPGATE_FREE_QUOTA_DEFAULT)."""
-    if n is not None and (isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= MAX_FREE_QUOTA):
-        raise InvalidQuota(f"free quota must be a whole number from 0 to {MAX_FREE_QUOTA}, got {n!r}")
-    acct = _require(client, account_id)
-    wallet = keyspace.wallet(acct)
-    step = (lambda p: p.hdel(wallet, "free_quota")) if n is None else (lambda p: p.hset(wallet, "free_quota", n))
-    atomic_write(client, [step], event={"t": "account", "id": acct})
+    update(client, account_id, free_quota=n)
 
 
 # ---- reads ------------------------------------------------------------------------------------
@@ -278,6 +280,7 @@ def _view(acct: str, w: dict[str, str], key_count: int, free_used: int) -> dict:
         "suspended": w.get("suspended") == "1",
         "free_quota": int(quota) if quota not in (None, "") else None,
         "free_used_today": free_used,
+        "low_balance_micro": int(w["low_balance"]) if w.get("low_balance") not in (None, "") else None,
         "key_count": key_count,
         "created_at": int(w.get("created_at") or 0),
     }
@@ -285,7 +288,8 @@ def _view(acct: str, w: dict[str, str], key_count: int, free_used: int) -> dict:
 
 def show(client, account_id: str) -> dict:
     """One account: account_id, phone, phone_masked, balance/held/available (`*_micro`, int),
-    suspended, free_quota (None = default), free_used_today, key_count, created_at (unix s)."""
+    suspended, free_quota (None = default), free_used_today, low_balance_micro (None = no
+    alert), key_count, created_at (unix s)."""
     acct = normalize_id(account_id)
     pipe = client.pipeline(transaction=False)
     pipe.hgetall(keyspace.wallet(acct))
@@ -339,3 +343,96 @@ async def key_view(client, account_id: str, key_id: str, month: str) -> dict | N
         "spent_micro": int(record.get("spent:" + month, 0)),
         "rpm": int(record.get("rpm", 60)),
         "allowed_models": orjson.loads(allowed) if allowed else None}}
+
+
+# ---- the management API's account object and operations (also the console's) -----------------
+
+UNSET = object()  # "leave this setting as it is" in `update`
+PAGE_MAX = 500
+
+
+def account_object(view: dict, default_quota: int) -> dict:
+    """The account object of the management API (OPERATORS.md) from a `show` view."""
+    low = view["low_balance_micro"]
+    return {
+        "id": view["account_id"],
+        "phone": view["phone"],
+        "status": "suspended" if view["suspended"] else "active",
+        "balance_toman": money.fmt(view["balance_micro"]),
+        "held_toman": money.fmt(view["held_micro"]),
+        "available_toman": money.fmt(view["available_micro"]),
+        "free_quota_per_day": default_quota if view["free_quota"] is None else view["free_quota"],
+        "low_balance_toman": money.fmt(low) if low is not None else None,
+        "created_at": jalali.utc_iso(view["created_at"]) if view["created_at"] else None,
+    }
+
+
+def check_low_balance(micro) -> int:
+    if isinstance(micro, bool) or not isinstance(micro, int) or not 0 <= micro <= money.MAX_MICRO:
+        raise InvalidAmount("low_balance_toman must be a toman amount from 0 to 2^53 micro-toman")
+    return micro
+
+
+def update(client, account_id: str, *, free_quota=UNSET, low_balance_micro=UNSET) -> None:
+    """Change the daily free quota (None = the deployment default) and/or the low-balance
+    threshold (None = no alert) in one atomic write; both are checked before anything is."""
+    steps, event = [], None
+    if free_quota is not UNSET and free_quota is not None and (
+            isinstance(free_quota, bool) or not isinstance(free_quota, int)
+            or not 0 <= free_quota <= MAX_FREE_QUOTA):
+        raise InvalidQuota(f"free quota must be a whole number from 0 to {MAX_FREE_QUOTA}, got {free_quota!r}")
+    if low_balance_micro not in (UNSET, None):
+        check_low_balance(low_balance_micro)
+    acct = _require(client, account_id)
+    w = keyspace.wallet(acct)
+    for field, value in (("free_quota", free_quota), ("low_balance", low_balance_micro)):
+        if value is UNSET:
+            continue
+        steps.append((lambda p, f=field: p.hdel(w, f)) if value is None
+                     else (lambda p, f=field, v=value: p.hset(w, f, v)))
+    if free_quota is not UNSET:
+        event = {"t": "account", "id": acct}  # the auth cache keeps the quota
+    if steps:
+        atomic_write(client, [lambda p: [s(p) for s in steps]], event=event)
+
+
+def page(client, *, phone: str | None = None, cursor: str | None = None,
+         limit: int = 50) -> tuple[list[dict], str | None]:
+    """One page of accounts ordered by id, after `cursor` (the last id of the previous page);
+    returns (views, next cursor or None). Reads every id (a SSCAN pass, ~40 bytes an account)
+    but only the page's wallets; with `phone` it reads wallets 500 at a time until the page
+    is full."""
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= PAGE_MAX:
+        raise InvalidCursor(f"limit must be a whole number from 1 to {PAGE_MAX}, got {limit!r}")
+    if phone is not None:
+        phone = check_phone(phone)
+    if cursor is not None:
+        try:
+            cursor = str(uuid.UUID(cursor))
+        except ValueError:
+            raise InvalidCursor(f"not a cursor from a previous page: {cursor!r}") from None
+    ids = sorted(store.text(a) for a in client.sscan_iter(keyspace.ACCOUNTS, count=1000))
+    if cursor is not None:
+        from bisect import bisect_right
+        ids = ids[bisect_right(ids, cursor):]
+    day = jalali.day_key()
+    out: list[dict] = []
+    step = limit if phone is None else 500
+    for start in range(0, len(ids), step):
+        chunk = ids[start:start + step]
+        pipe = client.pipeline(transaction=False)
+        for acct in chunk:
+            pipe.hgetall(keyspace.wallet(acct))
+            pipe.scard(keyspace.account_keys(acct))
+            pipe.get(keyspace.free(acct, day))
+        replies = pipe.execute()
+        for i, acct in enumerate(chunk):
+            raw, count, used = replies[3 * i:3 * i + 3]
+            if raw:
+                view = _view(acct, store.text_map(raw), int(count), int(used or 0))
+                if phone is None or view["phone"] == phone:
+                    out.append(view)
+            if len(out) == limit:
+                more = acct != ids[-1]
+                return out, (acct if more else None)
+    return out, None

@@ -4,6 +4,7 @@ from __future__ import annotations
 import tornado.web
 
 from upgate import console
+from upgate.handlers import admin
 from upgate.handlers.base import NotFoundHandler, ResponsesHandler
 from upgate.handlers.health import HealthHandler, MetricsHandler
 from upgate.handlers.me import MeHandler
@@ -28,6 +29,9 @@ def make_app(ctx, **settings) -> tornado.web.Application:
         (r"/v1/svc/usage", UsageHandler, d),
         (r"/v1/responses(?:/.*)?", ResponsesHandler, d),
         (_GONE, NotFoundHandler, d),
+        # the management API (/admin/v1/...): admin tokens only; after every /v1 route, so a
+        # client request never tries these patterns (docs/admin-api.md)
+        *admin.routes(d),
     ]
     # The operator's console: HTML pages under /admin/ (upgate/console/, docs/console.md)
     routes += console.routes(ctx)

@@ -19,6 +19,7 @@ import os
 import tomllib
 from dataclasses import dataclass
 from decimal import Decimal
+from urllib.parse import urlsplit, urlunsplit
 
 import pycurl
 
@@ -299,10 +300,18 @@ def sync(client, source: str, *, provider: str, usd_toman, markup="1", include=(
         return outcome
     if outcome.over_limit and not confirmed:
         raise ChangeTooLarge(outcome.over_limit, outcome)
-    record = {"source": source, "usd_toman": str(rate), "markup": str(factor)}
+    record = {"source": _shown(source), "usd_toman": str(rate), "markup": str(factor)}
     outcome.version, _ = replace(client, new, sync=(provider, record), expect_version=version)
     outcome.applied = True
     return outcome
+
+
+def _shown(source: str) -> str:
+    """The source as recorded and shown: a URL without any user:password in it."""
+    parts = urlsplit(source)
+    if parts.scheme in ("http", "https") and (parts.username or parts.password):
+        return urlunsplit(parts._replace(netloc=parts.hostname + (f":{parts.port}" if parts.port else "")))
+    return source
 
 
 def _over_limit(plan: price_sync.Plan, old: list[Model], provider: str, limit: Decimal) -> str | None:

@@ -17,6 +17,7 @@ from upgate.background import stop_if_cancelled
 from upgate.catalog_cache import Catalog
 from upgate.ledger import STORE_ERRORS, Ledger
 from upgate.access_log import AccessLog
+from upgate.admin_node import AdminNode
 from upgate.metrics import Metrics, observe
 from upgate.refusals import Refusals
 from upgate.settings import Settings
@@ -36,6 +37,7 @@ class Context:
         self.refusals = Refusals(settings.topup_url)
         self.upstream = UpstreamClient(silence_s=settings.upstream_silence_s)
         self.metrics = Metrics()
+        self.admin = AdminNode(settings)  # the management API's pool, client and token cache (lazy)
         self.access_log = AccessLog() if access_log else None
         self.subscribed = asyncio.Event()
         self.redis_ok = True
@@ -66,6 +68,7 @@ class Context:
         self._tasks = []
         if self.access_log is not None:
             self.access_log.close()
+        self.admin.close()
 
     def on_request_finished(self, handler) -> None:
         observe(self, handler)
@@ -122,11 +125,13 @@ class Context:
         self.refusals.on_event(msg)
         self.catalog.on_event(msg)
         self.ledger.on_event(msg)
+        self.admin.on_event(msg)
 
     async def _resync(self) -> None:
         """After a (re)subscription anything may have been missed: drop and reload it all. The
         catalog only when its version moved: start() has just read it (and logged it in force)."""
         self.auth.flush()
+        self.admin.flush()
         self.refusals.flush()
         await self._check_store()
         remote = await self.redis.hget(keyspace.CATALOG_META, "version")
@@ -181,6 +186,7 @@ class Context:
                 self.redis_ok = False
                 self.subscribed.clear()
                 self.auth.flush()
+                self.admin.flush()
                 log.warning("event subscription lost (%s); retrying", type(e).__name__)
                 await _close(pubsub)
                 await asyncio.sleep(backoff)

@@ -39,6 +39,12 @@ CODES: dict[str, Code] = {
     "service_unavailable": Code(503, "The gateway's store is unavailable; nothing was charged.", retry_after=5),
     "upstream_timeout": Code(504, "The provider sent nothing for too long. Use stream: true for slow models."),
     "internal_error": Code(500, "Internal error."),
+    # the management API (/admin/v1): see docs/admin-api.md
+    "invalid_admin_token": Code(401, "The admin token is missing, invalid or revoked.", final=True),
+    "read_only_token": Code(403, "This admin token is read-only.", final=True),
+    "idempotency_conflict": Code(409, "This ref was already used with another amount or kind.", final=True),
+    # computed Retry-After: seconds until the address's failure allowance refills
+    "admin_auth_throttled": Code(429, "Too many failed admin authentications from this address."),
 }
 
 
@@ -46,7 +52,7 @@ class GatewayError(Exception):
     """An error the client sees, in the spec's shape. `svc` holds the actionable extras."""
 
     def __init__(self, code: str, message: str | None = None, *, status: int | None = None,
-                 retry_after: int | None = None, svc: dict | None = None):
+                 retry_after: int | None = None, svc: dict | None = None, param: str | None = None):
         spec = CODES.get(code)
         self.code = code
         self.status = status or (spec.status if spec else 502)
@@ -54,10 +60,14 @@ class GatewayError(Exception):
         self.retry_after = retry_after if retry_after is not None else (spec.retry_after if spec else None)
         self.final = spec.final if spec else self.status < 500 and self.status != 429
         self.svc = svc
+        self.param = param  # the request field at fault (management API), else None
         super().__init__(f"{code}: {self.message}")
 
-    def body(self) -> dict:
-        err = {"message": self.message, "type": self.code, "code": self.code, "param": None}
+    def body(self, name_param: bool = False) -> dict:
+        """The spec's error object. `param` stays null on the client API (the spec shows it null
+        in every shape); the management API (`name_param`) names the field at fault."""
+        param = self.param if name_param else None
+        err = {"message": self.message, "type": self.code, "code": self.code, "param": param}
         if self.svc:
             err["svc"] = self.svc
         return {"error": err}

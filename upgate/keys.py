@@ -432,10 +432,35 @@ def list_keys(client, account_id: str) -> list[dict]:
     return out
 
 
+def to_json(v: dict) -> dict:
+    """A key view as JSON (`key list --json`): amounts as toman strings, times ISO 8601 UTC."""
+    limit = v["monthly_limit_micro"]
+    return {
+        "key_id": v["key_id"],
+        "account_id": v["account_id"],
+        "name": v["name"],
+        "prefix": v["prefix"],
+        "last4": v["last4"],
+        "rpm": v["rpm"],
+        "monthly_limit_toman": money.fmt(limit) if limit is not None else None,
+        "spent_this_month_toman": money.fmt(v["spent_this_month_micro"]),
+        "held_toman": money.fmt(v["held_micro"]),
+        "allowed_models": v["allowed_models"],
+        "expires_at": _iso_ms(v["expires_at_ms"]) if v["expires_at_ms"] is not None else None,
+        "state": v["state"],
+        "created_at": jalali.utc_iso(v["created_at"]) if v["created_at"] else None,
+    }
+
+
+def key_object(v: dict) -> dict:
+    """The management API's key object (OPERATORS.md): `to_json` plus `status`."""
+    return dict(to_json(v), status=v["state"])
+
+
 __all__ = [
     "KEY_PREFIX", "KeyInfo", "generate", "well_formed", "digest", "display",
     "create_key", "update_key", "revoke_key", "list_keys", "find_key", "UNSET",
     "KeyAdminError", "InvalidKeySetting", "UnknownKey", "KeyRevoked", "PepperMissing",
     "UnknownAccount", "check_rpm", "parse_rpm", "check_monthly_limit", "check_models",
-    "parse_models", "check_expires", "parse_expires", "check_name", "state",
+    "parse_models", "check_expires", "parse_expires", "check_name", "state", "to_json", "key_object",
 ]

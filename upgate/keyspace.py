@@ -168,6 +168,13 @@ def key_owner(key_id: str) -> str:
     return "keyid:" + key_id
 
 
+# ---- the operator side: admin tokens and the admin log (one slot, tag {admin}) ----------------
+ADMIN_TOKENS = "{admin}:tokens"  # hash: HMAC of an admin token → JSON {name, read_only, created_at}
+ADMIN_TOKEN_NAMES = "{admin}:token_names"  # hash: name → HMAC (names are unique)
+ADMIN_TOKEN_USED = "{admin}:token_used"  # hash: name → unix s of its last accepted request
+ADMIN_LOG = "{admin}:log"  # list, newest first: JSON {time, actor, action, target, detail}
+
+
 def console_session(session_hash: str) -> str:
     """String, with a TTL: one operator console session (upgate/console/session.py), named by
     the SHA-256 of its id, holding the admin token encrypted under a key derived from that id.

@@ -61,6 +61,7 @@ class Settings:
     cooldown_strikes: int = 3
     keepalive_s: float = 15.0
     max_body_bytes: int = 20 * 1024 * 1024
+    trusted_proxies: str = ""  # admin throttle: peers whose X-Forwarded-For is believed (docs/admin-api.md)
     request_log_days: int = 7  # request records are kept this many days …
     request_log_max: int = 10_000  # … and at most this many per account
     extra: dict = field(default_factory=dict)
@@ -94,6 +95,21 @@ def from_env(env: dict | None = None) -> Settings:
         metrics_token=env.get("UPGATE_METRICS_TOKEN", ""),
         metrics_public=env.get("UPGATE_METRICS_PUBLIC", "") == "1",
         journal_path=env.get("UPGATE_JOURNAL") or Settings.journal_path,
+        trusted_proxies=_proxies(env.get("UPGATE_TRUSTED_PROXIES", "")),
         request_log_days=_positive(env, "UPGATE_REQUEST_LOG_DAYS", Settings.request_log_days),
         request_log_max=_positive(env, "UPGATE_REQUEST_LOG_MAX", Settings.request_log_max),
     )
+
+
+def _proxies(raw: str) -> str:
+    """`*` or comma-separated addresses/CIDRs; refused at start-up when one is malformed."""
+    import ipaddress
+
+    if raw.strip() != "*":
+        for part in raw.split(","):
+            try:
+                if part.strip():
+                    ipaddress.ip_network(part.strip(), strict=False)
+            except ValueError:
+                raise SettingsError(f"UPGATE_TRUSTED_PROXIES: {part.strip()!r} is not an address or CIDR") from None
+    return raw.strip()

@@ -66,6 +66,7 @@ class BaseHandler(tornado.web.RequestHandler):
     """
 
     keep_body = False
+    NAMES_PARAM = False  # error.param: null on the client API, the field at fault on /admin/v1
     # The route needs a key: it is checked in prepare(), before any of the body is read or
     # `100 Continue` is sent; a refused request is answered and its connection closed.
     needs_key = False
@@ -173,7 +174,7 @@ class BaseHandler(tornado.web.RequestHandler):
         self._apply_rate()
         for name, value in err.headers().items():
             self.set_header(name, value)
-        self.finish(orjson.dumps(err.body()))
+        self.finish(orjson.dumps(err.body(self.NAMES_PARAM)))
 
     def send_gateway_error(self, err: GatewayError) -> None:
         """Render `err` from a place where raising would not reach write_error."""

@@ -14,18 +14,19 @@ MAX_DAYS = 366
 
 def parse_range(start: str | None, end: str | None) -> list[str]:
     first, last = jalali.this_month()
-    try:
-        if start:
-            first = jalali.parse_day(start)
-        if end:
-            last = jalali.parse_day(end)
-    except ValueError as e:
-        raise GatewayError("invalid_request", str(e)) from None
+    for name, text in (("from", start), ("to", end)):
+        try:
+            if text and name == "from":
+                first = jalali.parse_day(text)
+            elif text:
+                last = jalali.parse_day(text)
+        except ValueError as e:
+            raise GatewayError("invalid_request", str(e), param=name) from None
     if last < first:
-        raise GatewayError("invalid_request", "`to` is before `from`.")
+        raise GatewayError("invalid_request", "`to` is before `from`.", param="to")
     days = jalali.days(first, last)
     if len(days) > MAX_DAYS:
-        raise GatewayError("invalid_request", f"At most {MAX_DAYS} days per report.")
+        raise GatewayError("invalid_request", f"At most {MAX_DAYS} days per report.", param="to")
     return days
 
 

@@ -1,0 +1,112 @@
+"""/admin/v1/accounts: create, list (cursor pages, ?phone=), get, patch, suspend, resume."""
+from __future__ import annotations
+
+from upgate import accounts
+from upgate.errors import GatewayError
+from upgate.handlers.admin.base import AdminHandler, field
+from upgate.handlers.admin.spec import AMOUNT_IN, Op, nullable, obj, ref
+
+
+def _account(client, account_id: str, default_quota: int) -> dict:
+    return accounts.account_object(accounts.show(client, account_id), default_quota)
+
+
+def _create(client, phone: str, balance_micro: int, default_quota: int, actor: str) -> dict:
+    return _account(client, accounts.create_account(client, phone, balance_micro, actor=actor), default_quota)
+
+
+def _page(client, default_quota: int, **kw) -> dict:
+    views, cursor = accounts.page(client, **kw)
+    return {"data": [accounts.account_object(v, default_quota) for v in views], "next_cursor": cursor}
+
+
+def _patch(client, account_id: str, default_quota: int, **changes) -> dict:
+    accounts.update(client, account_id, **changes)
+    return _account(client, account_id, default_quota)
+
+
+def _suspension(client, account_id: str, suspend: bool, default_quota: int) -> dict:
+    (accounts.suspend if suspend else accounts.resume)(client, account_id)
+    return _account(client, account_id, default_quota)
+
+
+class _Base(AdminHandler):
+    @property
+    def quota(self) -> int:
+        return self.ctx.settings.free_quota_default
+
+
+class AccountsHandler(_Base):
+    PATH = "/admin/v1/accounts"
+    OPS = {
+        "post": Op("Create an account (its wallet opens with balance_toman, default 0).",
+                   ref("Account"), status=201,
+                   body=obj({"phone": {"type": "string"}, "balance_toman": AMOUNT_IN}, required=["phone"])),
+        "get": Op("List accounts by id, a page at a time.",
+                  obj({"data": {"type": "array", "items": ref("Account")},
+                       "next_cursor": nullable({"type": "string"})}),
+                  query={"phone": {"type": "string"}, "cursor": {"type": "string"},
+                         "limit": {"type": "integer", "minimum": 1, "maximum": accounts.PAGE_MAX}}),
+    }
+
+    async def post(self) -> None:
+        body = self.json_body(("phone", "balance_toman"), required=("phone",))
+        with field("phone", parsing=True):
+            phone = accounts.check_phone(body["phone"])
+        balance = self.amount(body, "balance_toman") or 0
+        made = await self.call(_create, phone, balance, self.quota, self.actor)
+        self.log_target = made["id"]
+        self.write_json(made, 201)
+
+    async def get(self) -> None:
+        limit = self.int_query("limit", 50, 1, accounts.PAGE_MAX)
+        self.write_json(await self.call(_page, self.quota, phone=self.get_query_argument("phone", None),
+                                        cursor=self.get_query_argument("cursor", None), limit=limit))
+
+
+class AccountHandler(_Base):
+    PATH = "/admin/v1/accounts/{id}"
+    OPS = {
+        "get": Op("One account: wallet (balance, held, available), status, quota, low-balance alert.",
+                  ref("Account")),
+        "patch": Op("Change the daily free quota (null = the default) and the low-balance alert (null = none).",
+                    ref("Account"),
+                    body=obj({"free_quota_per_day": nullable({"type": "integer", "minimum": 0}),
+                              "low_balance_toman": nullable(AMOUNT_IN)}, required=[])),
+    }
+
+    async def get(self, account_id: str) -> None:
+        self.write_json(await self.call(_account, account_id, self.quota))
+
+    async def patch(self, account_id: str) -> None:
+        body = self.json_body(("free_quota_per_day", "low_balance_toman"))
+        changes = {}
+        if "free_quota_per_day" in body:
+            changes["free_quota"] = body["free_quota_per_day"]
+        if "low_balance_toman" in body:
+            changes["low_balance_micro"] = self.amount(body, "low_balance_toman")
+        if not changes:
+            raise GatewayError("invalid_request", "Nothing to change: give free_quota_per_day or low_balance_toman.")
+        self.write_json(await self.call(_patch, account_id, self.quota, **changes))
+
+
+class SuspendHandler(_Base):
+    PATH = "/admin/v1/accounts/{id}/suspend"
+    OPS = {"post": Op("Suspend: every key of the account gets 403 account_suspended from the next request.",
+                      ref("Account"))}
+
+    async def post(self, account_id: str) -> None:
+        self.json_body(())
+        self.write_json(await self.call(_suspension, account_id, True, self.quota))
+
+
+class ResumeHandler(_Base):
+    PATH = "/admin/v1/accounts/{id}/resume"
+    OPS = {"post": Op("Lift a suspension.", ref("Account"))}
+
+    async def post(self, account_id: str) -> None:
+        self.json_body(())
+        self.write_json(await self.call(_suspension, account_id, False, self.quota))
+
+
+HANDLERS = [AccountsHandler, AccountHandler, SuspendHandler, ResumeHandler]

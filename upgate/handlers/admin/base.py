@@ -1,0 +1,169 @@
+"""The base of every /admin/v1 route: admin-token auth, the read-only rule, service errors
+mapped to the one error catalogue, JSON bodies, and the admin log of every write.
+
+A handler subclass declares ``PATH`` and ``OPS`` (see spec.py) and writes its verbs as
+parse → ``await self.call(service_fn, ...)`` → ``self.write_json(...)``. Every verb in OPS
+is wrapped (``__init_subclass__``) so that, before it runs, the token is checked, and after it,
+a write is recorded; a service refusal (a ValueError) becomes 400/404/409 here and only here.
+"""
+from __future__ import annotations
+
+import functools
+import logging
+from contextlib import contextmanager
+
+import orjson
+
+from upgate import accounts, admin_log, keys, records, transactions
+from upgate.errors import GatewayError
+from upgate.handlers.admin.spec import READ_VERBS, Op
+from upgate.handlers.base import BaseHandler
+
+log = logging.getLogger("upgate")
+
+
+NOT_FOUND = (accounts.UnknownAccount, keys.UnknownKey, records.UnknownRequest)
+
+
+def service_error(e: ValueError, param: str | None = None, force: bool = False) -> GatewayError:
+    """The one place a service refusal becomes an API error. Unknown account, key or request
+    → 404; a ref reused otherwise → 409; any other → 400 naming the field the service (or the
+    handler's `field` context) blamed."""
+    message = str(e).strip().splitlines()[0] if str(e).strip() else None
+    if isinstance(e, NOT_FOUND):
+        return GatewayError("not_found", message)
+    if isinstance(e, transactions.IdempotencyConflict):
+        return GatewayError("idempotency_conflict", message, param=getattr(e, "field", None) or "ref")
+    blamed = param if force else getattr(e, "field", None) or param
+    return GatewayError("invalid_request", message, param=blamed)
+
+
+@contextmanager
+def field(name: str, *, parsing: bool = False):
+    """Blame `name` for a ValueError raised inside that names no field itself — or, when
+    `parsing` one body field, whatever field the shared rule's error names (a rule such as
+    `parse_amount` serves balance_toman and low_balance_toman alike)."""
+    try:
+        yield
+    except GatewayError:
+        raise
+    except ValueError as e:
+        if parsing or getattr(e, "field", None) is None:
+            raise service_error(e, name, force=parsing) from None
+        raise
+
+
+def _authorized(verb: str, fn):
+    @functools.wraps(fn)
+    async def run(self, *args):
+        op: Op = self.OPS[verb]
+        if op.auth:
+            await self.authorize(verb)
+        try:
+            await fn(self, *args)
+        except GatewayError:
+            raise
+        except ValueError as e:
+            raise service_error(e) from None
+        if op.auth and verb not in READ_VERBS and self.get_status() < 300:
+            await self.log_write(args)
+    run.admin_wrapped = True
+    return run
+
+
+class AdminHandler(BaseHandler):
+    keep_body = True
+    NAMES_PARAM = True
+    PATH = ""
+    OPS: dict[str, Op] = {}
+    token = None  # the AdminToken once authorized
+    log_detail: dict | None = None  # what the admin log keeps of this write (set by the verb)
+    log_target: str | None = None  # the id acted on, when the path does not carry it (a new account)
+
+    def __init_subclass__(cls, **kw):
+        super().__init_subclass__(**kw)
+        for verb in cls.OPS:  # the verb may be inherited (top-ups and adjustments share one)
+            fn = getattr(cls, verb, None)
+            if fn is not None and not getattr(fn, "admin_wrapped", False):
+                setattr(cls, verb, _authorized(verb, fn))
+
+    def set_default_headers(self) -> None:
+        self.set_header("Cache-Control", "no-store")
+
+    async def authorize(self, verb: str) -> None:
+        node = self.ctx.admin
+        address = node.address(self.request)
+        wait = node.throttled(address)
+        if wait:
+            raise GatewayError("admin_auth_throttled", retry_after=wait)
+        scheme, _, token = (self.request.headers.get("Authorization") or "").strip().partition(" ")
+        found = await node.verify(token.strip()) if scheme.lower() == "bearer" else None
+        if found is None:
+            node.failed(address)
+            raise GatewayError("invalid_admin_token")
+        self.token = found
+        if found.read_only and verb not in READ_VERBS:
+            raise GatewayError("read_only_token")
+
+    async def call(self, fn, *args, **kwargs):
+        """A sync service function on the admin pool (never on the event loop)."""
+        return await self.ctx.admin.call(fn, *args, **kwargs)
+
+    @property
+    def actor(self) -> str:
+        return self.token.name
+
+    def json_body(self, allowed: tuple[str, ...], required: tuple[str, ...] = ()) -> dict:
+        raw = self.body_bytes() or b""
+        try:
+            body = orjson.loads(raw) if raw.strip() else {}
+        except orjson.JSONDecodeError:
+            raise GatewayError("invalid_request", "The body is not valid JSON.") from None
+        if not isinstance(body, dict):
+            raise GatewayError("invalid_request", "The body must be a JSON object.")
+        for name in body:
+            if name not in allowed:
+                raise GatewayError("invalid_request", f"Unknown field {name!r}; allowed: {', '.join(allowed)}.",
+                                   param=str(name)[:100])
+        for name in required:
+            if body.get(name) is None:
+                raise GatewayError("invalid_request", f"{name} is required.", param=name)
+        self.log_detail = {k: v for k, v in body.items() if not isinstance(v, dict)}
+        return body
+
+    def text(self, body: dict, name: str, limit: int = 1000) -> str | None:
+        value = body.get(name)
+        if value is not None and (not isinstance(value, str) or len(value) > limit):
+            raise GatewayError("invalid_request", f"{name} must be text of at most {limit} characters.",
+                               param=name)
+        return value
+
+    def amount(self, body: dict, name: str, *, allow_negative: bool = False) -> int | None:
+        """A toman amount → micro-toman. JSON numbers are refused: amounts are decimal strings."""
+        value = body.get(name)
+        if value is None:
+            return None
+        if not isinstance(value, str):
+            raise GatewayError("invalid_request", f"{name} must be a decimal string like \"1500.00\", "
+                               "never a JSON number.", param=name)
+        with field(name, parsing=True):
+            return accounts.parse_amount(value, allow_negative=allow_negative, what=name)
+
+    def int_query(self, name: str, default: int, low: int, high: int) -> int:
+        raw = self.get_query_argument(name, None)
+        if raw is None:
+            return default
+        if not (raw.isascii() and raw.isdigit() and low <= int(raw) <= high):
+            raise GatewayError("invalid_request", f"{name} must be a whole number from {low} to {high}.",
+                               param=name)
+        return int(raw)
+
+    async def log_write(self, args) -> None:
+        """After the answer went out: a failure here is logged, the write itself stands."""
+        action = f"{self.request.method} {self.PATH}"
+        target = self.log_target or (args[0] if args else None)
+        try:
+            await self.call(admin_log.record, self.actor, action, target, self.log_detail)
+        except Exception as e:  # the store went away between the write and its log entry
+            log.warning("admin write by %s not recorded in the admin log: %s %s (%s)", self.actor,
+                        action, args[0] if args else "", type(e).__name__)

@@ -1,0 +1,96 @@
+"""/admin/v1/accounts/{id}/usage (the usage report, as GET /v1/svc/usage gives a key's own
+account) and /admin/v1/overview (every account, per Jalali day)."""
+from __future__ import annotations
+
+import time
+
+from upgate import accounts, jalali, keyspace, money, store, transactions, usage
+from upgate.errors import GatewayError
+from upgate.handlers.admin.base import AdminHandler
+from upgate.handlers.admin.spec import JDAY, MONEY, Op, obj
+from upgate.handlers.usage import parse_range
+
+OVERVIEW_CACHE_S = 30.0  # an overview reads N accounts × D days: a dashboard refresh reuses it
+
+_ROW = {"requests": {"type": "integer"}, "prompt_tokens": {"type": "integer"},
+        "completion_tokens": {"type": "integer"}, "cost_toman": MONEY}
+
+
+def _usage(client, account_id: str, days: list[str], group_by: str) -> dict:
+    acct = accounts.require_account(client, account_id)
+    report = usage.report(usage.fetch(client, acct, days), group_by)
+    report.update({"account_id": acct, "from": days[0], "to": days[-1], "group_by": group_by})
+    return report
+
+
+def _topups(client, days: list[str]) -> dict[str, int]:
+    """Σ top-ups (opening balances included) per day, from every account's transactions of
+    the months the range touches: one call per account and month."""
+    wanted, months = set(days), sorted({d[:7] for d in days})
+    out = dict.fromkeys(days, 0)
+    for acct in client.sscan_iter(keyspace.ACCOUNTS, count=1000):
+        for month in months:
+            for t in transactions.list_transactions(client, store.text(acct), month=month):
+                if t["kind"] in ("topup", "opening"):
+                    day = jalali.day_key(_epoch(t["time"]))
+                    if day in wanted:
+                        out[day] += money.parse_toman(t["amount_toman"], allow_negative=True)
+    return out
+
+
+def _epoch(iso: str) -> float:
+    from datetime import datetime
+
+    return datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
+
+
+def _overview(client, days: list[str]) -> dict:
+    counts = usage.overview(client, days)
+    topups = _topups(client, days)
+    rows = [{"day": d, "requests": counts[d]["requests"], "charges_toman": money.fmt(counts[d]["charges"]),
+             "topups_toman": money.fmt(topups[d])} for d in days]
+    totals = {"requests": sum(counts[d]["requests"] for d in days),
+              "charges_toman": money.fmt(sum(counts[d]["charges"] for d in days)),
+              "topups_toman": money.fmt(sum(topups.values()))}
+    return {"from": days[0], "to": days[-1], "days": rows, "totals": totals}
+
+
+class UsageHandler(AdminHandler):
+    PATH = "/admin/v1/accounts/{id}/usage"
+    OPS = {"get": Op("The usage report: requests, tokens and cost per key, model or day (Jalali days, "
+                     "default the current month).",
+                     obj({"rows": {"type": "array", "items": {"type": "object"}}, "totals": obj(_ROW),
+                          "account_id": {"type": "string"}, "from": JDAY, "to": JDAY,
+                          "group_by": {"enum": ["key", "model", "day"]}}),
+                     query={"group_by": {"enum": ["key", "model", "day"]}, "from": JDAY, "to": JDAY})}
+
+    async def get(self, account_id: str) -> None:
+        group_by = self.get_query_argument("group_by", "key")
+        if group_by not in usage.GROUPS:
+            raise GatewayError("invalid_request", "group_by must be key, model or day.", param="group_by")
+        days = parse_range(self.get_query_argument("from", None), self.get_query_argument("to", None))
+        self.write_json(await self.call(_usage, account_id, days, group_by))
+
+
+class OverviewHandler(AdminHandler):
+    PATH = "/admin/v1/overview"
+    _DAY = obj({"day": JDAY, "requests": {"type": "integer"}, "charges_toman": MONEY, "topups_toman": MONEY})
+    OPS = {"get": Op("Every account together, per Jalali day: requests, charges and top-ups "
+                     "(default the current month; cached 30 s per range on a node).",
+                     obj({"from": JDAY, "to": JDAY, "days": {"type": "array", "items": _DAY},
+                          "totals": obj({"requests": {"type": "integer"}, "charges_toman": MONEY,
+                                         "topups_toman": MONEY})}),
+                     query={"from": JDAY, "to": JDAY})}
+    async def get(self) -> None:
+        days = parse_range(self.get_query_argument("from", None), self.get_query_argument("to", None))
+        cache, key = self.ctx.admin.cache, ("overview", days[0], days[-1])
+        hit = cache.get(key)
+        if hit is None or time.monotonic() - hit[0] > OVERVIEW_CACHE_S:
+            hit = (time.monotonic(), await self.call(_overview, days))
+            if len(cache) > 64:
+                cache.clear()
+            cache[key] = hit
+        self.write_json(hit[1])
+
+
+HANDLERS = [UsageHandler, OverviewHandler]
