@@ -168,3 +168,54 @@ def test_statement_csv_download(node, redis_url):
     assert f'statement-{account_id}-{jalali.month_key()}.csv' in r.headers["Content-Disposition"]
     assert "1000.000000" in r.text
     assert c.get(f"/admin/accounts/{account_id}/statement.csv?month=1405-13").status_code == 400
+
+
+def test_console_writes_are_in_the_admin_log_under_the_tokens_name(node, redis_url):
+    import json
+
+    from upgate import admin_log
+
+    _key, account_id, _kid = seed(redis_url)
+    c = signed_in(node, admin_token(redis_url, "alice"))
+    url = f"/admin/accounts/{account_id}"
+    token = xsrf(c.get(url).text)
+    r = c.post(url + "/topups", data={"_xsrf": token, "amount_toman": "50", "ref": "pay-9", "note": "card"})
+    assert r.status_code == 303
+    r = c.post(url + "/keys", data={"_xsrf": token, "name": "k1"})
+    assert r.status_code == 201
+    full = r.text.split('id="newkey"')[1].split(">")[1].split("<")[0]
+    assert full.startswith("sk-up-")
+    entries = admin_log.read(store.connect_sync(redis_url), 10)
+    assert [(e["actor"], e["action"], e["target"]) for e in entries[:2]] == [
+        ("alice", "POST /admin/accounts/{id}/keys", account_id),
+        ("alice", "POST /admin/accounts/{id}/topups", account_id)]
+    assert entries[1]["detail"] == {"amount_toman": "50", "ref": "pay-9", "note": "card"}
+    assert full[6:] not in json.dumps(entries)  # the new key is in the page, never in the log
+
+
+def test_failed_sign_ins_are_throttled_per_address(node, redis_url):
+    token = admin_token(redis_url)
+    c = httpx.Client(base_url=node.url, follow_redirects=False)
+    form = xsrf(c.get("/admin/login").text)
+    codes = [c.post("/admin/login", data={"token": "upa_" + "x" * 40, "_xsrf": form}).status_code
+             for _ in range(11)]
+    assert codes[:10] == [401] * 10 and codes[10] == 429
+    r = c.post("/admin/login", data={"token": token, "_xsrf": form})
+    assert r.status_code == 429 and int(r.headers["Retry-After"]) > 0  # even the right token waits
+
+
+def test_the_overview_shows_the_management_apis_numbers(node, redis_url):
+    key, _account_id, _kid = seed(redis_url, balance="1000")
+    r = httpx.post(node.base + "/chat/completions", headers={"Authorization": f"Bearer {key}"},
+                   json={"model": "mock/chat-1", "messages": [{"role": "user", "content": "hi"}],
+                         "max_tokens": 4}, timeout=30)
+    assert r.status_code == 200
+    admin = admin_token(redis_url, "dash")
+    api = httpx.get(node.url + "/admin/v1/overview", headers={"Authorization": f"Bearer {admin}"}).json()
+    page = signed_in(node, admin).get("/admin/").text
+    from upgate.console import fmt
+    totals = api["totals"]
+    assert totals["requests"] == 1
+    for label, value in (("Requests", fmt.count(totals["requests"])), ("Charges", fmt.toman(totals["charges_toman"])),
+                         ("Top-ups", fmt.toman(totals["topups_toman"]))):
+        assert f"<dt>{label}</dt><dd dir=\"ltr\">{value}</dd>" in page, label

@@ -14,6 +14,7 @@ CONSOLE = ROOT / "upgate" / "console"
 
 CHECK = """
 import sys, pathlib, tornado.template
+import upgate.app, admin_cli.main  # every package the route table and the CLI import is there
 import upgate.console.base as base
 assert pathlib.Path(base.__file__).is_relative_to(pathlib.Path(sys.argv[1])), base.__file__
 loader = tornado.template.Loader(base.TEMPLATES)

@@ -32,9 +32,9 @@ def make_app(ctx, **settings) -> tornado.web.Application:
         # the management API (/admin/v1/...): admin tokens only; after every /v1 route, so a
         # client request never tries these patterns (docs/admin-api.md)
         *admin.routes(d),
+        # the operator's console: HTML pages under /admin/ (upgate/console/, docs/console.md)
+        *console.routes(ctx),
     ]
-    # The operator's console: HTML pages under /admin/ (upgate/console/, docs/console.md)
-    routes += console.routes(ctx)
     return tornado.web.Application(
         routes,
         default_handler_class=NotFoundHandler,

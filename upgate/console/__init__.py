@@ -10,7 +10,7 @@ from __future__ import annotations
 import tornado.web
 
 from upgate.console import pages
-from upgate.console.base import STATIC, Console
+from upgate.console.base import STATIC
 from upgate.console.session import cookie_secret
 
 __all__ = ["routes", "cookie_secret"]
@@ -19,7 +19,7 @@ _ID = r"([^/]+)"
 
 
 def routes(ctx) -> list:
-    d = {"console": Console(ctx)}
+    d = {"ctx": ctx}
     acct = r"/admin/accounts/" + _ID
     return [
         (r"/admin", pages.RootRedirect, d),

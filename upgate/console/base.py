@@ -12,8 +12,6 @@ Every cookie the console sets (session, XSRF, flash) is HttpOnly, SameSite=Stric
 """
 from __future__ import annotations
 
-import asyncio
-import functools
 import logging
 import time
 import urllib.parse
@@ -22,7 +20,6 @@ from pathlib import Path
 import orjson
 import tornado.web
 
-from upgate import store
 from upgate.console import fmt, session
 from upgate.handlers.base import new_request_id
 
@@ -38,34 +35,21 @@ CSP = ("default-src 'none'; style-src 'self'; img-src 'self' data:; form-action 
        "frame-ancestors 'none'; base-uri 'none'")
 
 
-class Console:
-    """What every console handler shares on a node: the sync client the service layer takes
-    and the thread pool its calls run in (the gateway's event loop never blocks on them)."""
-
-    def __init__(self, ctx):
-        self.ctx = ctx
-        self.pepper = ctx.settings.key_pepper
-        self.client = store.connect_sync(ctx.settings.redis_url)
-
-    @property
-    def executor(self):
-        return getattr(self.ctx, "admin_executor", None)  # None: the loop's default pool
-
-    async def run(self, fn, *args, **kwargs):
-        call = functools.partial(fn, self.client, *args, **kwargs)
-        return await asyncio.get_running_loop().run_in_executor(self.executor, call)
-
-
 class ConsoleHandler(tornado.web.RequestHandler):
     public = False  # True: reachable without a session (the sign-in page)
     writes = False  # True: a POST that changes something (refused to read-only tokens)
 
-    def initialize(self, console: Console) -> None:
-        self.console = console
-        self.ctx = console.ctx
+    def initialize(self, ctx) -> None:
+        self.ctx = ctx
+        self.pepper = ctx.settings.key_pepper
         self.started = time.monotonic()
         self.request_id = new_request_id()
         self.who = None  # the signed-in AdminToken
+
+    async def call(self, fn, *args, **kwargs):
+        """A sync service function on the node's admin pool (the management API's): never on
+        the event loop."""
+        return await self.ctx.admin.call(fn, *args, **kwargs)
 
     # ---- rendering ---------------------------------------------------------------------------
     def get_template_path(self) -> str:
@@ -126,7 +110,7 @@ class ConsoleHandler(tornado.web.RequestHandler):
             self.check_xsrf_cookie()  # 403 for a forged or stale form
         if self.public:
             return
-        self.who = await self.console.run(session.current, self.console.pepper, self.session_id())
+        self.who = await self.call(session.current, self.pepper, self.session_id())
         if self.who is None:
             self.clear_cookie(session.COOKIE, path=PREFIX)
             target = self.request.uri if self.request.method == "GET" else PREFIX + "/"

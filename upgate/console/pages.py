@@ -8,13 +8,15 @@ which renders the page at once: the new key is in that response and nowhere else
 from __future__ import annotations
 
 import secrets
+import time
 import urllib.parse
 
 import tornado.web
 
-from upgate import accounts, keys, transactions
+from upgate import accounts, admin_log, keys, transactions
+from upgate.handlers.admin.reports import OVERVIEW_CACHE_S
 from upgate.console import charts, data, fmt, session
-from upgate.console.base import PREFIX, ConsoleHandler
+from upgate.console.base import PREFIX, ConsoleHandler, log
 
 
 def fresh_ref() -> str:
@@ -38,8 +40,17 @@ class LoginHandler(ConsoleHandler):
 
     async def post(self) -> None:
         target = _safe_next(self.get_body_argument("next", None))
-        sid, who = await self.console.run(session.sign_in, self.console.pepper, self.get_body_argument("token", ""))
+        node = self.ctx.admin  # the management API's throttle on failed sign-ins, per address
+        address = node.address(self.request)
+        wait = node.throttled(address)
+        if wait:
+            self.set_status(429)
+            self.set_header("Retry-After", str(wait))
+            self.render("login.html", next=target, error=f"Too many failed sign-ins: try again in {wait} s.")
+            return
+        sid, who = await self.call(session.sign_in, self.pepper, self.get_body_argument("token", ""))
         if sid is None:
+            node.failed(address)
             self.set_status(401)
             self.render("login.html", next=target,
                         error="That admin token was not accepted: unknown, revoked or mistyped.")
@@ -52,7 +63,7 @@ class LogoutHandler(ConsoleHandler):
     public = True  # signing out must work with an already dead session too
 
     async def post(self) -> None:
-        await self.console.run(session.sign_out, self.session_id())
+        await self.call(session.sign_out, self.session_id())
         self.clear_cookie(session.COOKIE, path=PREFIX)
         self.flash("Signed out.")
         self.redirect(PREFIX + "/login", status=303)
@@ -67,8 +78,14 @@ class RootRedirect(ConsoleHandler):
 
 class OverviewHandler(ConsoleHandler):
     async def get(self) -> None:
-        page = await self.console.run(data.overview)
-        self.render("overview.html", nav="overview", charts=charts, **page, **data.node_health(self.ctx))
+        days = data.overview_days()
+        # the management API's cache of the overview (it reads every account's days): a
+        # dashboard and a console refreshing together read the store once per 30 s
+        cache, key = self.ctx.admin.cache, ("overview", days[0], days[-1])
+        hit = cache.get(key)
+        if hit is None or time.monotonic() - hit[0] > OVERVIEW_CACHE_S:
+            hit = cache[key] = (time.monotonic(), await self.call(data.overview, days))
+        self.render("overview.html", nav="overview", charts=charts, **hit[1], **data.node_health(self.ctx))
 
 
 class AccountsHandler(ConsoleHandler):
@@ -76,7 +93,7 @@ class AccountsHandler(ConsoleHandler):
         q = self.get_query_argument("q", "").strip()
         found, message = [], None
         try:
-            found = await self.console.run(data.find_accounts, q)
+            found = await self.call(data.find_accounts, q)
         except ValueError as e:
             message = str(e)
         if q and not found and message is None:
@@ -97,11 +114,11 @@ class AccountHandler(ConsoleHandler):
                    new_key: dict | None = None, status: int = 200) -> None:
         month = self.get_query_argument("month", None) or None
         try:
-            page = await self.console.run(data.account_page, account_id, month)
+            page = await self.call(data.account_page, account_id, month)
         except accounts.UnknownAccount as e:
             raise tornado.web.HTTPError(404, str(e)) from None
         except ValueError as e:  # a malformed ?month=
-            page = await self.console.run(data.account_page, account_id, None)
+            page = await self.call(data.account_page, account_id, None)
             message, form = str(e), "month"
         self.set_status(status)
         typed = {k: self.get_body_argument(k, "") for k in self.request.body_arguments} if form else {}
@@ -113,6 +130,23 @@ class WriteHandler(AccountHandler):
     writes = True
     form = ""  # which form a refusal is shown at (with its typed values)
 
+    logged = ("amount_toman", "ref", "note", "name", "rate_limit_rpm", "monthly_limit_toman",
+              "allowed_models", "expires_at")  # never a key or a token
+
+    async def record(self, account_id: str) -> None:
+        """The admin log, as the management API writes it: actor = the admin token's name,
+        action = the console's route, target = the account."""
+        action = "POST " + self.request.path.replace(account_id, "{id}", 1)
+        detail = {k: self.arg(k) for k in self.logged if self.arg(k)}
+        if self.anchor == "keys" and self.target:
+            action = action.replace(self.target, "{key_id}", 1)
+            detail["key_id"] = self.target
+        try:
+            await self.call(admin_log.record, self.who.name, action, account_id, detail)
+        except Exception as e:  # the store went away between the write and its entry
+            log.warning("console write by %s not recorded in the admin log: %s (%s)", self.who.name,
+                        action, type(e).__name__)
+
     @property
     def anchor(self) -> str:
         return "keys" if self.form.startswith("key") else self.form
@@ -123,13 +157,14 @@ class WriteHandler(AccountHandler):
     async def post(self, account_id: str, *rest) -> None:
         self.target = rest[0] if rest else None  # the key a key form acted on
         try:
-            done = await self.console.run(self.act, account_id, *rest)
+            done = await self.call(self.act, account_id, *rest)
         except accounts.UnknownAccount as e:
             raise tornado.web.HTTPError(404, str(e)) from None
         except ValueError as e:
             conflict = isinstance(e, transactions.IdempotencyConflict)
             await self.show(account_id, message=str(e), form=self.form, status=409 if conflict else 400)
             return
+        await self.record(account_id)
         if isinstance(done, dict) and "new_key" in done:
             await self.show(account_id, new_key=done["new_key"], status=201)
             return
@@ -189,7 +224,7 @@ class KeyCreateHandler(WriteHandler):
     form = "key-create"
 
     def act(self, client, account_id: str) -> dict:
-        full, key_id, prefix = keys.create_key(client, self.console.pepper, account_id,
+        full, key_id, prefix = keys.create_key(client, self.pepper, account_id,
                                                **_key_settings(self.arg, clearing=False))
         return {"new_key": {"key": full, "key_id": key_id, "prefix": prefix}}
 
@@ -222,7 +257,7 @@ class SuspendHandler(WriteHandler):
 class StatementCsvHandler(ConsoleHandler):
     async def get(self, account_id: str) -> None:
         try:
-            month, text = await self.console.run(data.statement_csv, account_id,
+            month, text = await self.call(data.statement_csv, account_id,
                                                  self.get_query_argument("month", None) or None)
         except ValueError as e:
             raise tornado.web.HTTPError(404 if isinstance(e, accounts.UnknownAccount) else 400, str(e)) from None
@@ -233,7 +268,7 @@ class StatementCsvHandler(ConsoleHandler):
 
 class ModelsHandler(ConsoleHandler):
     async def get(self) -> None:
-        page = await self.console.run(data.models_page)
+        page = await self.call(data.models_page)
         ledger = self.ctx.ledger
         cold = {m["id"]: ledger.cold_until(m["id"]) for m in page["models"]}
         self.render("models.html", nav="models", cold={k: v for k, v in cold.items() if v}, **page)

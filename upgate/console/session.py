@@ -22,7 +22,7 @@ import secrets
 
 from cryptography.fernet import Fernet, InvalidToken
 
-from upgate import keyspace
+from upgate import admin_tokens, keyspace
 
 LIFETIME_S = 12 * 3600
 COOKIE = "upgate_console"
@@ -46,8 +46,6 @@ def _name(session_id: str) -> str:
 
 def _verify(client, pepper: str, token: str):
     """The one place the console checks an admin token: the management API's own check."""
-    from upgate import admin_tokens  # the api branch's module; imported here until it is merged
-
     return admin_tokens.verify(client, pepper, token)
 
 
