@@ -83,13 +83,17 @@ def test_forged_posts_without_the_xsrf_token_are_refused(node, redis_url):
 
 
 def test_the_bearer_apis_take_no_xsrf_token(node, redis_url):
-    """XSRF is the console's own check, not Tornado's application-wide one: a client's POST
-    with a Bearer key and no cookie at all still goes through."""
+    """XSRF is the console's own check, not Tornado's application-wide one: a POST with a
+    Bearer key (/v1) or admin token (/admin/v1) and no cookie at all still goes through."""
     key, _account_id, _kid = seed(redis_url)
     r = httpx.post(node.base + "/chat/completions", headers={"Authorization": f"Bearer {key}"},
                    json={"model": "mock/chat-1", "messages": [{"role": "user", "content": "hi"}],
                          "max_tokens": 4}, timeout=30)
     assert r.status_code == 200, r.text
+    admin = admin_token(redis_url)
+    r = httpx.post(node.url + "/admin/v1/accounts", headers={"Authorization": f"Bearer {admin}"},
+                   json={"phone": "09121110000"}, timeout=30)
+    assert r.status_code == 201, r.text
 
 
 def test_sign_out_ends_the_session_even_for_a_copied_cookie(node, redis_url):

@@ -41,6 +41,5 @@ def make_app(ctx, **settings) -> tornado.web.Application:
         default_handler_args=d,
         compress_response=False,  # streams must reach the client chunk by chunk
         log_function=lambda handler: None,  # the access log is ours (one JSON line, no content)
-        cookie_secret=console.cookie_secret(ctx.settings.key_pepper),  # signs the console's cookies
         **settings,
     )

@@ -2,8 +2,7 @@
 file shipped as package data) over the same service functions the management API and the CLI
 call. No JavaScript, no build step, nothing fetched from elsewhere.
 
-`routes(ctx)` is the block app.py mounts; `cookie_secret` is what the Application signs the
-console's cookies with. See docs/console.md.
+`routes(ctx)` is the block app.py mounts. See docs/console.md.
 """
 from __future__ import annotations
 
@@ -11,9 +10,8 @@ import tornado.web
 
 from upgate.console import pages
 from upgate.console.base import STATIC
-from upgate.console.session import cookie_secret
 
-__all__ = ["routes", "cookie_secret"]
+__all__ = ["routes"]
 
 _ID = r"([^/]+)"
 
@@ -22,8 +20,7 @@ def routes(ctx) -> list:
     d = {"ctx": ctx}
     acct = r"/admin/accounts/" + _ID
     return [
-        (r"/admin", pages.RootRedirect, d),
-        (r"/admin/", pages.OverviewHandler, d),
+        (r"/admin/?", pages.OverviewHandler, d),  # /admin too: a typed address lands here
         (r"/admin/login", pages.LoginHandler, d),
         (r"/admin/logout", pages.LogoutHandler, d),
         (r"/admin/accounts", pages.AccountsHandler, d),

@@ -77,6 +77,17 @@ class ConsoleHandler(tornado.web.RequestHandler):
         self.render("error.html", status=status_code, reason=reason)
 
     # ---- cookies -----------------------------------------------------------------------------
+    # Signed with the console's own secret (session.cookie_secret, from the pepper) rather than
+    # an application-wide cookie_secret: nothing outside the console signs cookies.
+    def create_signed_value(self, name: str, value, version=None) -> bytes:
+        return tornado.web.create_signed_value(session.cookie_secret(self.pepper), name, value, version=version)
+
+    def get_signed_cookie(self, name: str, value=None, max_age_days: float = 31, min_version=None):
+        if value is None:
+            value = self.get_cookie(name)
+        return tornado.web.decode_signed_value(session.cookie_secret(self.pepper), name, value,
+                                               max_age_days=max_age_days, min_version=min_version)
+
     def is_https(self) -> bool:
         forwarded = self.request.headers.get("X-Forwarded-Proto", "").split(",")[0].strip().lower()
         return self.request.protocol == "https" or forwarded == "https"

@@ -69,13 +69,6 @@ class LogoutHandler(ConsoleHandler):
         self.redirect(PREFIX + "/login", status=303)
 
 
-class RootRedirect(ConsoleHandler):
-    public = True
-
-    def get(self) -> None:
-        self.redirect(PREFIX + "/", permanent=True)
-
-
 class OverviewHandler(ConsoleHandler):
     async def get(self) -> None:
         days = data.overview_days()

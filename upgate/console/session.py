@@ -16,6 +16,7 @@ Redis entry, so a copy of the cookie stops working too. Sync functions: run in t
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import hmac
 import secrets
@@ -28,6 +29,7 @@ LIFETIME_S = 12 * 3600
 COOKIE = "upgate_console"
 
 
+@functools.lru_cache(maxsize=4)
 def cookie_secret(pepper: str) -> str:
     """The secret Tornado signs the console's cookies with (the session id, flash messages):
     derived from the deployment's key pepper, so every node agrees and nothing new must be
