@@ -223,3 +223,13 @@ def test_the_overview_shows_the_management_apis_numbers(node, redis_url):
     for label, value in (("Requests", fmt.count(totals["requests"])), ("Charges", fmt.toman(totals["charges_toman"])),
                          ("Top-ups", fmt.toman(totals["topups_toman"]))):
         assert f"<dt>{label}</dt><dd dir=\"ltr\">{value}</dd>" in page, label
+
+
+def test_cold_models_are_shown_on_the_overview_and_the_models_page(node, redis_url):
+    for _ in range(node.settings.cooldown_strikes):  # the third throttle in a row makes it cold
+        node.thread.run(node.ctx.ledger.cooldown_strike("mock/chat-big"))
+    c = signed_in(node, admin_token(redis_url))
+    overview = c.get("/admin/").text
+    assert '<span dir="ltr">mock/chat-big</span> — cold for' in overview
+    models = c.get("/admin/models").text
+    assert "1 cold" in models and models.count('class="badge bad">cold') == 1
