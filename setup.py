@@ -15,8 +15,8 @@ setup(
     python_requires=">=3.11",
     # lua/ lives at the top level (readable as Redis scripts) but ships inside the package
     # as upgate.lua, so a non-editable install carries every file the code opens.
-    packages=["upgate", "upgate.handlers", "upgate.handlers.admin", "upgate.upstream", "upgate.lua", "upgate.console",
-              "admin_cli"],
+    packages=["upgate", "upgate.handlers", "upgate.handlers.admin", "upgate.upstream", "upgate.webhooks",
+              "upgate.lua", "upgate.console", "admin_cli"],
     package_dir={"upgate.lua": "lua"},
     package_data={"upgate.lua": ["*.lua"], "upgate": ["*.toml"],
                   "upgate.console": ["templates/*.html", "static/*.css"]},  # the console's pages

@@ -137,3 +137,76 @@ local function window_reset_ms(rpm_key, now)
   end
   return now
 end
+
+-- ---- webhook events ----------------------------------------------------------------------
+local OUTBOX_MAX = 1000               -- an account's undelivered events kept (oldest dropped)
+local OUTBOX_TTL_MS = 7 * 86400000    -- an outbox nobody moves (webhooks off) goes away
+
+-- Micro-toman as the API's decimal text with six fractional digits ("-12.500000").
+local function toman(micro)
+  local n = tonumber(micro) or 0
+  local sign = ''
+  if n < 0 then
+    sign, n = '-', -n
+  end
+  return sign .. string.format('%d.%06d', math.floor(n / 1000000), n % 1000000)
+end
+
+-- Append one event to the account's outbox, in the same atomic step as the change it reports,
+-- and file the account for the mover (upgate/webhooks/mover.py) unless its oldest event is
+-- already out for delivery (then delivering that one takes the next: one at a time, in order).
+-- The id is unique without a random source (scripts have none): 12 hex digits of the account's
+-- id (a random UUID), the time in ms and the account's event count, all in hex.
+-- `data` is a Lua table of the event's fields; upgate/webhooks/events.py fixes their order.
+local function emit_event(outbox, state, index, account_id, event_type, data, now_ms)
+  local seq = rcall('HINCRBY', state, 'seq', 1)
+  local id = 'evt_' .. string.sub(string.gsub(account_id, '-', ''), 1, 12) .. string.format('%011x%x', now_ms, seq)
+  local body = cjson.encode({id = id, type = event_type, created = math.floor(now_ms / 1000), data = data})
+  rcall('RPUSH', outbox, id .. ' ' .. body)
+  rcall('LTRIM', outbox, -OUTBOX_MAX, -1)
+  rcall('PEXPIRE', outbox, istr(OUTBOX_TTL_MS))
+  if rcall('HEXISTS', state, 'sent') == 0 then
+    rcall('ZADD', index, 'LT', istr(now_ms), account_id)
+  end
+  return id
+end
+
+-- wallet.low_balance, decided after a charge or a debit (settle.lua, the transaction step):
+-- available = balance - held below the wallet's `low_balance` threshold (micro-toman; absent =
+-- no alert) fires once. `low_fired` remembers the threshold it fired for, so changing the
+-- threshold arms it again; money coming in (`credit` = true) that brings available back to the
+-- threshold or above arms it again too. Hold churn never re-arms it: a busy account hovering at
+-- its threshold would otherwise fire on every other request.
+local function low_balance_check(wallet, outbox, state, index, account_id, now_ms, credit)
+  local w = rcall('HMGET', wallet, 'balance', 'held', 'low_balance', 'low_fired')
+  local threshold = w[3]
+  if not threshold or threshold == '' then
+    if w[4] then
+      rcall('HDEL', wallet, 'low_fired') -- the alert was turned off: a new threshold starts armed
+    end
+    return
+  end
+  local balance = tonumber(w[1]) or 0
+  local available = balance - (tonumber(w[2]) or 0)
+  if available < tonumber(threshold) then
+    if w[4] ~= threshold then
+      rcall('HSET', wallet, 'low_fired', threshold)
+      emit_event(outbox, state, index, account_id, 'wallet.low_balance',
+                 {account_id = account_id, balance_toman = toman(balance), available_toman = toman(available),
+                  low_balance_toman = toman(threshold)}, now_ms)
+    end
+  elseif credit and w[4] then
+    rcall('HDEL', wallet, 'low_fired')
+  end
+end
+
+-- key.monthly_limit_reached, once per key and Jalali month (a `limit_event:<month>` flag on the
+-- key record): when admit refuses a request for the limit, or a settlement brings `spent` to it.
+local function limit_reached(key_record, outbox, state, index, account_id, key_id, month, limit, spent, now_ms)
+  if rcall('HSETNX', key_record, 'limit_event:' .. month, '1') == 0 then
+    return
+  end
+  emit_event(outbox, state, index, account_id, 'key.monthly_limit_reached',
+             {account_id = account_id, key_id = key_id, monthly_limit_toman = toman(limit),
+              spent_toman = toman(spent)}, now_ms)
+end

@@ -26,6 +26,9 @@
     KEYS[6] the new hold's record (hash)        {a:<acct>}:hold:<hold_id>
     KEYS[7] today's free counter (string int)   {a:<acct>}:free:<day>
     KEYS[8] the reaper's account index (zset, account id → earliest deadline ms)
+    KEYS[9]  webhook outbox (list)        {a:<acct>}:outbox      (code 6 records
+    KEYS[10] webhook outbox state (hash)  {a:<acct>}:outbox:state  key.monthly_limit_reached,
+    KEYS[11] webhook outbox index (zset)  webhooks:outbox | whout:{<slot tag>}   once a month)
     ARGV[1]  hold id (unique; also the rpm member)
     ARGV[2]  hold amount, micro-toman (0 for free requests)
     ARGV[3]  stream: "1" takes a stream slot, "0" does not
@@ -141,6 +144,7 @@ else
     local monthly = tonumber(k[4])
     local spent = (tonumber(k[6]) or 0) + (tonumber(k[5]) or 0)
     if spent + hold_micro > monthly then
+      limit_reached(key_record, KEYS[9], KEYS[10], KEYS[11], account_id, key_id, month, monthly, spent, now)
       return {6, limit, remaining, reset_ms, 0, monthly, spent, 0}
     end
   end

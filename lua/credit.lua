@@ -15,7 +15,10 @@
   - the new balance must stay within +/- max (2^53 micro-toman, the exact range of Lua numbers);
     the range test never forms balance + amount, so every comparison is exact;
   - balance and the lifetime `credited` counter move by the amount (HINCRBY on the decimal text:
-    64-bit integers in Redis), and the record is appended to the account's transaction log.
+    64-bit integers in Redis), and the record is appended to the account's transaction log;
+  - a top-up or adjustment is reported to webhooks (wallet.topup, carrying the record, which
+    upgate/webhooks/events.py renders as the transaction object), and the low-balance alert is
+    decided: a debit may fire it, a credit that brings the available balance back re-arms it.
 
   A record in the log is the string "<time ms>|<kind>|<amount>|<balance after>|<json>", where
   <json> (built by upgate/transactions.py) holds id, ref, note and actor; amounts in micro-toman.
@@ -24,6 +27,10 @@
     KEYS[1] wallet           hash {a:<acct>}:wallet (balance, credited, charged: micro-toman)
     KEYS[2] refs             hash {a:<acct>}:refs   ref -> "<log position>|<kind>|<amount>"
     KEYS[3] transaction log  list {a:<acct>}:txns   oldest first
+    KEYS[4] webhook outbox   list {a:<acct>}:outbox
+    KEYS[5] outbox state     hash {a:<acct>}:outbox:state
+    KEYS[6] outbox index     zset webhooks:outbox | whout:{<slot tag>}
+    ARGV[7] account id       (the events' account_id)
     ARGV[1] kind             "opening" | "topup" | "adjustment" | "migrate" (only the migration)
     ARGV[2] amount           integer micro-toman; |amount| <= ARGV[3]
     ARGV[3] max              integer micro-toman: the largest |balance| allowed (2^53)
@@ -81,5 +88,10 @@ local record = istr(now) .. '|' .. kind .. '|' .. amount_text .. '|' .. istr(aft
 local position = rcall('RPUSH', txns, record)
 if ref ~= '' then
   rcall('HSET', refs, ref, istr(position) .. '|' .. kind .. '|' .. amount_text)
+end
+if kind == 'topup' or kind == 'adjustment' then
+  emit_event(KEYS[4], KEYS[5], KEYS[6], ARGV[7], 'wallet.topup',
+             {account_id = ARGV[7], transaction_record = record, balance_toman = toman(after)}, now)
+  low_balance_check(wallet, KEYS[4], KEYS[5], KEYS[6], ARGV[7], now, amount > 0)
 end
 return {0, after, record}

@@ -1,8 +1,9 @@
 #!lua flags=no-writes,allow-cross-slot-keys
 --[[
-  reap_scan.lua: Redis Cluster only. Read many of the reaper's per-slot index shards in ONE call
-  on the node that owns them, instead of one command per hash slot (16384): the accounts with a
-  hold whose lease deadline has passed. The shards live in different slots of this node, so
+  reap_scan.lua: Redis Cluster only. Read many shards of a per-slot index in ONE call on the node
+  that owns them, instead of one command per hash slot (16384): for the reaper's index, the
+  accounts with a hold whose lease deadline has passed; for the webhook outbox index
+  (upgate/webhooks/outbox.py), the accounts with an event due to move. The shards live in different slots of this node, so
   they are named from ARGV (undeclared) and the script carries the `allow-cross-slot-keys` flag
   (Redis 7+); the caller routes it to the node. Writes nothing. It takes no shared helpers: the flags
   line must stay the first line.)
@@ -12,7 +13,7 @@
     ARGV[1]  now, ms: deadlines at or before it are due
     ARGV[2]  at most this many accounts per shard
     ARGV[3]  the shards' slot tags, comma-separated (one argument: cheap to send)
-    ARGV[4]  a shard name's prefix "reap:{"   (name = prefix .. tag .. suffix)
+    ARGV[4]  a shard name's prefix "reap:{" or "whout:{"   (name = prefix .. tag .. suffix)
     ARGV[5]  a shard name's suffix "}"
 
   Output: a flat list {shard position (1 = the first tag), account id, ...} of the due accounts

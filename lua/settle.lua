@@ -4,7 +4,9 @@
   cost, even above the hold (the balance may go negative; the next admit then answers 402),
   give back the hold, free the stream slot, add the cost to the key's `spent:<month of the hold>`
   and the day's usage aggregates, keep the request's record (no content), and bump the wallet's lifetime `charged` counter (so balance ==
-  credited - charged; see lua/credit.lua). Idempotent by hold id: a settled or released hold has no
+  credited - charged; see lua/credit.lua). Decides, in the same step, the webhook events the
+  charge causes (_lib.lua): wallet.low_balance, and key.monthly_limit_reached when the key's
+  spending this month reaches its limit. Idempotent by hold id: a settled or released hold has no
   record any more, so a second call changes nothing.
   A hold the reaper already released (its node stalled past the lease, or journaled this
   settlement while the store was unreachable) is still charged: the request was served. Its
@@ -16,6 +18,9 @@
     KEYS[3] open holds (zset)            {a:<acct>}:holds
     KEYS[4] stream slots (zset)          {a:<acct>}:streams
     KEYS[5] request records (zset)       {a:<acct>}:reqs
+    KEYS[6] webhook outbox (list)        {a:<acct>}:outbox
+    KEYS[7] webhook outbox state (hash)  {a:<acct>}:outbox:state
+    KEYS[8] webhook outbox index (zset)  webhooks:outbox | whout:{<slot tag>}
     ARGV[1] hold id
     ARGV[2] cost, micro-toman (integer ≥ 0)
     ARGV[3] prompt tokens
@@ -29,7 +34,7 @@
     ARGV[11] the request id
     ARGV[12] the account id
     ARGV[13] request-index prefix (+ UTC day number)   "reqidx:" or "reqidx:{<slot tag>}:"
-    ARGV[14] now, ms (the record's time)
+    ARGV[14] now, ms (the record's time; "0" = Redis TIME, for the events)
     ARGV[15] how long records are kept, ms
     ARGV[16] at most this many records per account
 
@@ -43,6 +48,8 @@ local hold_id, cost = ARGV[1], ARGV[2]
 local prompt, completion, model = ARGV[3], ARGV[4], ARGV[5]
 local key_prefix, usage_prefix, usage_ttl_ms = ARGV[6], ARGV[7], ARGV[8]
 local cached = tonumber(ARGV[9]) or 0
+local outbox, outbox_state, outbox_index = KEYS[6], KEYS[7], KEYS[8]
+local account_id = ARGV[12]
 
 local rec = rcall('HMGET', hold_key, 'state', 'key', 'month', 'day')
 local state, key_id, month, day = rec[1], rec[2], rec[3], rec[4]
@@ -64,9 +71,15 @@ if rcall('HEXISTS', wallet, 'credited') == 1 then -- else credit.lua or the audi
   rcall('HINCRBY', wallet, 'charged', cost)
 end
 local key_record = key_prefix .. key_id
+local now = clock_ms(ARGV[14])
 if rcall('EXISTS', key_record) == 1 then
-  rcall('HINCRBY', key_record, 'spent:' .. month, cost)
+  local spent = rcall('HINCRBY', key_record, 'spent:' .. month, cost)
+  local monthly = rcall('HGET', key_record, 'monthly_limit')
+  if monthly and spent >= tonumber(monthly) then
+    limit_reached(key_record, outbox, outbox_state, outbox_index, account_id, key_id, month, monthly, spent, now)
+  end
 end
+low_balance_check(wallet, outbox, outbox_state, outbox_index, account_id, now, false)
 
 -- the day's aggregates for the usage report: `<dimension>|<name>|<metric>`
 local usage = usage_prefix .. day

@@ -154,9 +154,14 @@ class RedisCluster:
             n.close()
 
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # this checkout
+
+
 def spawn(args: list[str], env: dict | None = None, **kw) -> subprocess.Popen:
-    """Start `python -m ...`/console scripts with the current interpreter's environment."""
-    full_env = {**os.environ, **(env or {})}
+    """Start `python -m ...`/console scripts with the current interpreter's environment, importing
+    this checkout's code (not an editable install of another one), whatever their cwd."""
+    path = os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH", "")) if p)
+    full_env = {**os.environ, "PYTHONPATH": path, **(env or {})}
     return subprocess.Popen(args, env=full_env, **kw)
 
 

@@ -238,26 +238,27 @@ def topup(client, account_id: str, amount_micro: int) -> int:
     return money.parse_toman(result["balance_toman"], allow_negative=True)
 
 
-def _set_flag(client, acct: str, field: str, value) -> None:
-    atomic_write(client, [lambda p: p.hset(keyspace.wallet(acct), field, value)],
-                 event={"t": "account", "id": acct})
+def _suspension(client, account_id: str, suspend: bool) -> bool:
+    """Set or lift the suspension and record its webhook event in one step (lua/suspend.lua),
+    then tell every node (pub/sub). True when the state changed."""
+    acct = normalize_id(account_id)
+    keys = [keyspace.wallet(acct), *keyspace.outbox_keys(acct, is_cluster(client))]
+    changed = int(store.script("suspend").call_sync(client, keys, [acct, "1" if suspend else "0", 0]))
+    if changed < 0:
+        raise UnknownAccount(f"unknown account {acct}")
+    client.publish(keyspace.CHANNEL, orjson.dumps({"t": "account", "id": acct}))
+    return changed == 1
 
 
 def suspend(client, account_id: str) -> bool:
     """Suspend the account: its requests get 403 account_suspended from the next one on.
     Returns False when it already was suspended (the call is idempotent)."""
-    acct = _require(client, account_id)
-    was = store.text(client.hget(keyspace.wallet(acct), "suspended") or b"0") == "1"
-    _set_flag(client, acct, "suspended", "1")
-    return not was
+    return _suspension(client, account_id, True)
 
 
 def resume(client, account_id: str) -> bool:
     """Lift a suspension. Returns False when the account was not suspended."""
-    acct = _require(client, account_id)
-    was = store.text(client.hget(keyspace.wallet(acct), "suspended") or b"0") == "1"
-    _set_flag(client, acct, "suspended", "0")
-    return was
+    return _suspension(client, account_id, False)
 
 
 def set_free_quota(client, account_id: str, n: int | None) -> None:

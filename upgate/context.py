@@ -46,6 +46,7 @@ class Context:
         self.draining = False
         self.inflight: dict = {}  # hold id → live proxy handler (leases, keep-alives, shutdown)
         self._tasks: list[asyncio.Task] = []
+        self.webhooks = None  # the delivery engine, when UPGATE_WEBHOOK_URL and _SECRET are set
 
     async def start(self) -> None:
         try:
@@ -60,12 +61,22 @@ class Context:
             asyncio.create_task(self.catalog.poll(30.0), name="upgate-catalog-poll"),
             asyncio.create_task(self._sweep(), name="upgate-sweeper"),
         ]
+        if self.settings.webhooks_on:
+            from upgate.webhooks.delivery import Delivery
+
+            # its own connections: a blocked XREADGROUP never waits in line with the hot path's
+            self.webhooks = Delivery(store.connect_async(self.settings.redis_url), self.settings, self.metrics)
+            await self.webhooks.start()
 
     async def stop(self) -> None:
         for t in self._tasks:
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks = []
+        if self.webhooks is not None:
+            await self.webhooks.stop()
+            await self.webhooks.client.aclose()
+            self.webhooks = None
         if self.access_log is not None:
             self.access_log.close()
         self.admin.close()

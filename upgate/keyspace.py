@@ -168,6 +168,52 @@ def key_owner(key_id: str) -> str:
     return "keyid:" + key_id
 
 
+# ---- webhooks ---------------------------------------------------------------------------
+# Events are decided inside the Lua step that changes an account, so their first home is in the
+# account's slot: an outbox list, a small state hash, and an index of accounts with something to
+# move (one key on a single Redis, one shard per hash slot on a cluster, as for the reaper). A
+# mover on every node takes each account's oldest event into ONE global stream; every global
+# webhook key carries the tag {webhooks}, so the delivery scripts may touch several of them.
+
+def outbox(account_id: str) -> str:
+    """List of the account's undelivered events, oldest first ("<event id> <json>" each)."""
+    return tag(account_id) + ":outbox"
+
+
+def outbox_state(account_id: str) -> str:
+    """Hash: `seq` (events ever emitted), and while the oldest event is out for delivery
+    `sent` (its id), `at` (ms it was taken) and `entry` (its stream entry id)."""
+    return tag(account_id) + ":outbox:state"
+
+
+OUTBOX_INDEX = "webhooks:outbox"  # zset: accounts with an event to move, scored by when (ms)
+OUTBOX_SHARD = ("whout:{", "}")
+
+
+def outbox_shard(slot_no: int) -> str:
+    """Redis Cluster: the outbox index for one hash slot, named to land IN that slot."""
+    return OUTBOX_SHARD[0] + _slot_tags()[slot_no] + OUTBOX_SHARD[1]
+
+
+def outbox_index(account_id: str, sharded: bool = False) -> str:
+    """Sorted set of account ids whose outbox needs the mover, scored by when it is due (ms).
+    Written in the same atomic step as the outbox, so it must share the account's slot: the
+    single OUTBOX_INDEX on one Redis, the slot's `outbox_shard` on a cluster (see reap_index)."""
+    return outbox_shard(slot(account_id)) if sharded else OUTBOX_INDEX
+
+
+def outbox_keys(account_id: str, sharded: bool = False) -> tuple[str, str, str]:
+    """The KEYS every script that emits or moves an account's events takes: outbox, its state,
+    the index (see lua/_lib.lua emit_event)."""
+    return outbox(account_id), outbox_state(account_id), outbox_index(account_id, sharded)
+
+
+WEBHOOK_STREAM = "{webhooks}:stream"  # the one stream every node's consumer reads
+WEBHOOK_GROUP = "deliver"  # its consumer group
+WEBHOOK_RETRY = "{webhooks}:retry"  # zset: stream entry id → when its next attempt is due (ms)
+WEBHOOK_ATTEMPTS = "{webhooks}:attempts"  # hash: stream entry id → JSON of its attempts so far
+WEBHOOK_FAILED = "{webhooks}:failed"  # list: deliveries given up after the retry window, newest first
+WEBHOOK_MOVE_LOCK = "{webhooks}:move_lock"  # cluster: which node scans the outbox shards this tick
 # ---- the operator side: admin tokens and the admin log (one slot, tag {admin}) ----------------
 ADMIN_TOKENS = "{admin}:tokens"  # hash: HMAC of an admin token → JSON {name, read_only, created_at}
 ADMIN_TOKEN_NAMES = "{admin}:token_names"  # hash: name → HMAC (names are unique)

@@ -190,7 +190,8 @@ class Ledger:
         t = keyspace.tag(account_id)
         keys = (t + ":wallet", keyspace.key_record(account_id, key_id), keyspace.rpm(account_id, key_id),
                 keyspace.streams(account_id), keyspace.holds(account_id), keyspace.hold(account_id, hold_id),
-                keyspace.free(account_id, day), keyspace.reap_index(account_id, self.sharded))
+                keyspace.free(account_id, day), keyspace.reap_index(account_id, self.sharded),
+                *keyspace.outbox_keys(account_id, self.sharded))
         args = (hold_id, hold_micro, 1 if stream else 0, 1 if free else 0, month, day, self.lease_ms,
                 self.settings.max_streams, self.settings.free_quota_default, FREE_TTL_MS, account_id,
                 key_id, now_ms or 0, request_id or "", model)
@@ -313,7 +314,7 @@ class Ledger:
 
     def _settle_call(self, account_id, hold_id, model, cost_micro, prompt_tokens, completion_tokens,
                      cached_tokens=0, rec=None):
-        return (self._settle, self._finish_keys(account_id, hold_id),
+        return (self._settle, (*self._finish_keys(account_id, hold_id), *keyspace.outbox_keys(account_id, self.sharded)),
                 (hold_id, cost_micro, prompt_tokens, completion_tokens, model,
                  keyspace.key_record(account_id, ""), keyspace.usage(account_id, ""), USAGE_TTL_MS,
                  cached_tokens, *(rec or self._record_args(account_id, None))))
@@ -417,15 +418,9 @@ class Ledger:
         """The reaper's index shards grouped by the cluster node that owns their slot (cached;
         rebuilt every 100 sweeps and after any refusal, so resharding is followed)."""
         if self._shard_groups is None or self._sweeps % 100 == 0:
-            groups: dict[str, tuple[object, list[int]]] = {}
-            for slot_no in range(keyspace.SLOTS):
-                if slot_no % 2048 == 0:
-                    await asyncio.sleep(0)  # let requests through: this is ~20 ms of work
-                node = self.client.get_node_from_key(keyspace.reap_shard(slot_no))
-                groups.setdefault(node.name, (node, []))[1].append(slot_no)
             self._shard_groups = [(node, [keyspace.reap_shard(n) for n in slots],
                                    ",".join(keyspace.slot_tag(n) for n in slots))
-                                  for node, slots in groups.values()]
+                                  for node, slots in await store.slots_by_node(self.client, keyspace.reap_shard)]
         self._sweeps += 1
         return self._shard_groups
 

@@ -42,6 +42,9 @@ class Metrics:
         self.holds = Counter("upgate_holds_total", "Holds by outcome", ["outcome"], registry=r)
         self.upstream_errors = Counter("upgate_upstream_errors_total", "Provider failures",
                                        ["provider", "code"], registry=r)
+        self.webhooks = Counter("upgate_webhook_deliveries_total", "Webhook delivery attempts by outcome: "
+                                "delivered (2xx), retried (failed, another attempt scheduled), failed "
+                                "(given up after the retry window)", ["outcome"], registry=r)
         self.cooldowns = Counter("upgate_cooldowns_total", "Models turned cold", ["model"], registry=r)
         # livesum: the sum over the workers alive now (a dead worker's file is dropped)
         self.streams = Gauge("upgate_open_streams", "Streams open on this node", registry=r,

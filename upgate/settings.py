@@ -61,6 +61,15 @@ class Settings:
     cooldown_strikes: int = 3
     keepalive_s: float = 15.0
     max_body_bytes: int = 20 * 1024 * 1024
+    # webhooks (docs/webhooks.md): on when both the URL and the secret are set
+    webhook_url: str = ""
+    webhook_secret: str = ""
+    webhook_timeout_s: float = 10.0  # one attempt
+    webhook_retry_s: float = 86400.0  # how long a failing event is retried, from its first attempt
+    webhook_backoff_s: float = 5.0  # the first retry's delay; doubled each time (with jitter)
+    webhook_backoff_max_s: float = 900.0
+    webhook_claim_s: float = 60.0  # an attempt pending this long on a silent node goes to another
+    webhook_poll_s: float = 1.0  # how often the mover and the retry schedule are looked at
     trusted_proxies: str = ""  # admin throttle: peers whose X-Forwarded-For is believed (docs/admin-api.md)
     request_log_days: int = 7  # request records are kept this many days …
     request_log_max: int = 10_000  # … and at most this many per account
@@ -75,12 +84,28 @@ class Settings:
     def reap_s(self) -> float:
         return min(5.0, self.lease_s / 6)
 
+    @property
+    def webhooks_on(self) -> bool:
+        return bool(self.webhook_url and self.webhook_secret)
+
     def with_(self, **changes) -> "Settings":
         return replace(self, **changes)
 
 
+def _webhook_url(env: dict) -> str:
+    url = env.get("UPGATE_WEBHOOK_URL", "").strip()
+    if url and not url.startswith(("http://", "https://")):
+        raise SettingsError(f"UPGATE_WEBHOOK_URL must be an http:// or https:// URL, got {url!r}")
+    return url
+
+
 def from_env(env: dict | None = None) -> Settings:
     env = os.environ if env is None else env
+    webhook_timeout_s = _float(env, "UPGATE_WEBHOOK_TIMEOUT_S", 10.0)
+    webhook_claim_s = _float(env, "UPGATE_WEBHOOK_CLAIM_S", 60.0)
+    if webhook_claim_s <= webhook_timeout_s:  # else a live node's attempt would be taken from it
+        raise SettingsError(f"UPGATE_WEBHOOK_CLAIM_S ({webhook_claim_s:g}) must be longer than "
+                            f"UPGATE_WEBHOOK_TIMEOUT_S ({webhook_timeout_s:g})")
     return Settings(
         redis_url=env.get("UPGATE_REDIS_URL") or Settings.redis_url,
         providers_path=env.get("UPGATE_PROVIDERS") or Settings.providers_path,
@@ -95,6 +120,14 @@ def from_env(env: dict | None = None) -> Settings:
         metrics_token=env.get("UPGATE_METRICS_TOKEN", ""),
         metrics_public=env.get("UPGATE_METRICS_PUBLIC", "") == "1",
         journal_path=env.get("UPGATE_JOURNAL") or Settings.journal_path,
+        webhook_url=_webhook_url(env),
+        webhook_secret=env.get("UPGATE_WEBHOOK_SECRET", ""),
+        webhook_timeout_s=webhook_timeout_s,
+        webhook_retry_s=_float(env, "UPGATE_WEBHOOK_RETRY_S", 86400.0),
+        webhook_backoff_s=_float(env, "UPGATE_WEBHOOK_BACKOFF_S", 5.0),
+        webhook_backoff_max_s=_float(env, "UPGATE_WEBHOOK_BACKOFF_MAX_S", 900.0),
+        webhook_claim_s=webhook_claim_s,
+        webhook_poll_s=_float(env, "UPGATE_WEBHOOK_POLL_S", 1.0),
         trusted_proxies=_proxies(env.get("UPGATE_TRUSTED_PROXIES", "")),
         request_log_days=_positive(env, "UPGATE_REQUEST_LOG_DAYS", Settings.request_log_days),
         request_log_max=_positive(env, "UPGATE_REQUEST_LOG_MAX", Settings.request_log_max),

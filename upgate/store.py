@@ -216,6 +216,22 @@ _PUBSUB_OPTIONS = frozenset(("username", "password", "credential_provider", "soc
                              "socket_keepalive", "driver_info"))
 
 
+async def slots_by_node(client, shard_name) -> list[tuple[object, list[int]]]:
+    """Redis Cluster: the hash slots grouped by the node that owns them, for an index kept as one
+    shard per slot (`shard_name(slot_no)` names the shard that lands in that slot): what a
+    per-node scan script (lua/reap_scan.lua) is sent with. About 20 ms of work, so it yields to
+    the loop now and then; callers cache it and rebuild it after a refusal (slots moved)."""
+    import asyncio
+
+    groups: dict[str, tuple[object, list[int]]] = {}
+    for slot_no in range(16384):
+        if slot_no % 2048 == 0:
+            await asyncio.sleep(0)
+        node = client.get_node_from_key(shard_name(slot_no))
+        groups.setdefault(node.name, (node, []))[1].append(slot_no)
+    return list(groups.values())
+
+
 # ---- a whole cluster unreachable ---------------------------------------------------------
 
 class ClusterUnreachable(rexc.ConnectionError):

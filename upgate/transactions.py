@@ -137,8 +137,9 @@ def credit(client, acct: str, kind: str, amount_micro: int, *, ref: str | None =
     replica where there is one. Returns {"transaction", "balance_toman", "replayed"}."""
     script = store.script("credit")
     wallet = keyspace.wallet(acct)
-    keys = [wallet, keyspace.refs(acct), keyspace.transactions(acct)]
-    args = [kind, amount_micro, money.MAX_MICRO, ref or "", _record_json(ref, note, actor), migration_json()]
+    keys = [wallet, keyspace.refs(acct), keyspace.transactions(acct),
+            *keyspace.outbox_keys(acct, isinstance(client, redis.RedisCluster))]
+    args = [kind, amount_micro, money.MAX_MICRO, ref or "", _record_json(ref, note, actor), migration_json(), acct]
     node = _node_client(client, wallet)
     replicas = _replicas(node)
     for attempt in (1, 2):
@@ -211,8 +212,9 @@ def migrate(client, account_id: str) -> None:
     """Give an account from before transactions its opening transaction (no-op otherwise)."""
     acct = normalize_id(account_id)
     store.script("credit").call_sync(
-        client, [keyspace.wallet(acct), keyspace.refs(acct), keyspace.transactions(acct)],
-        ["migrate", 0, money.MAX_MICRO, "", "{}", migration_json()])
+        client, [keyspace.wallet(acct), keyspace.refs(acct), keyspace.transactions(acct),
+                 *keyspace.outbox_keys(acct, isinstance(client, redis.RedisCluster))],
+        ["migrate", 0, money.MAX_MICRO, "", "{}", migration_json(), acct])
 
 
 # ---- reads ------------------------------------------------------------------------------------
