@@ -8,7 +8,6 @@ handler, which shows their one-line message.
 from __future__ import annotations
 
 from upgate import accounts, catalog, catalog_store, jalali, keys, records, statements, transactions, usage
-from upgate.handlers.admin.reports import _overview
 
 REQUESTS_SHOWN = 25
 
@@ -75,12 +74,6 @@ def models_page(client) -> dict:
 def overview_days() -> list[str]:
     """The current Jalali month up to today: the overview's period."""
     return _days_until_today(jalali.month_key())
-
-
-def overview(client, days: list[str]) -> dict:
-    """Requests, charges and top-ups per day over every account: GET /admin/v1/overview's own
-    function (upgate/handlers/admin/reports.py), so the charts show the API's numbers."""
-    return _overview(client, days)
 
 
 def node_health(ctx) -> dict:

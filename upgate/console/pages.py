@@ -13,8 +13,7 @@ import urllib.parse
 
 import tornado.web
 
-from upgate import accounts, admin_log, keys, transactions
-from upgate.handlers.admin.reports import OVERVIEW_CACHE_S
+from upgate import accounts, admin_log, keys, overview, transactions
 from upgate.console import charts, data, fmt, session
 from upgate.console.base import PREFIX, ConsoleHandler, log
 
@@ -76,8 +75,8 @@ class OverviewHandler(ConsoleHandler):
         # dashboard and a console refreshing together read the store once per 30 s
         cache, key = self.ctx.admin.cache, ("overview", days[0], days[-1])
         hit = cache.get(key)
-        if hit is None or time.monotonic() - hit[0] > OVERVIEW_CACHE_S:
-            hit = cache[key] = (time.monotonic(), await self.call(data.overview, days))
+        if hit is None or time.monotonic() - hit[0] > overview.CACHE_S:
+            hit = cache[key] = (time.monotonic(), await self.call(overview.overview, days))
         self.render("overview.html", nav="overview", charts=charts, **hit[1], **data.node_health(self.ctx))
 
 
