@@ -15,9 +15,11 @@ setup(
     python_requires=">=3.11",
     # lua/ lives at the top level (readable as Redis scripts) but ships inside the package
     # as upgate.lua, so a non-editable install carries every file the code opens.
-    packages=["upgate", "upgate.handlers", "upgate.handlers.admin", "upgate.upstream", "upgate.webhooks", "upgate.lua", "admin_cli"],
+    packages=["upgate", "upgate.handlers", "upgate.handlers.admin", "upgate.upstream", "upgate.webhooks",
+              "upgate.lua", "upgate.console", "admin_cli"],
     package_dir={"upgate.lua": "lua"},
-    package_data={"upgate.lua": ["*.lua"], "upgate": ["*.toml"]},
+    package_data={"upgate.lua": ["*.lua"], "upgate": ["*.toml"],
+                  "upgate.console": ["templates/*.html", "static/*.css"]},  # the console's pages
     install_requires=[
         "tornado>=6.4",
         "pycurl>=7.45",
@@ -27,13 +29,15 @@ setup(
         "jdatetime>=5",
         "tzdata",  # Asia/Tehran where the OS has no zoneinfo
         "orjson>=3.9",
+        "cryptography>=41",  # the console's session: the admin token encrypted at rest (Fernet)
         "fakeredis>=2.23",
         "lupa>=2.0",
         "prometheus-client>=0.20",
         "uvloop>=0.19; sys_platform != 'win32'",
     ],
     extras_require={
-        "test": ["pytest>=8", "pytest-timeout>=2.3", "hypothesis>=6.100", "openai>=1.40", "httpx>=0.27"],
+        "test": ["pytest>=8", "pytest-timeout>=2.3", "hypothesis>=6.100", "openai>=1.40", "httpx>=0.27",
+                 "playwright>=1.40"],  # the console's browser tests drive Debian's chromium
         "bench": ["openai>=1.40", "py-spy>=0.3"],  # py-spy: python -m bench --profile
     },
     entry_points={

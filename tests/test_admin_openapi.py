@@ -32,7 +32,7 @@ def test_every_admin_route_and_verb_has_its_schema():
 def test_the_route_table_mounts_exactly_the_documented_routes():
     app = make_app(ctx=None)
     mounted = {r.matcher.regex.pattern for r in app.wildcard_router.rules
-               if "admin" in r.matcher.regex.pattern}
+               if r.matcher.regex.pattern.startswith("/admin/v1")}  # not the console's pages
     doc = admin.openapi()
     assert mounted == {tornado_pattern(p) for p in doc["paths"]}
     assert len(doc["paths"]) == len(admin.HANDLERS) == 18

@@ -64,7 +64,7 @@ def test_the_demos_printed_lines_work_as_printed_from_an_empty_folder(tmp_path):
     try:
         banner = _banner(proc)
         cmds = _commands(banner)
-        assert len(cmds["curl"]) == 2 and len(cmds["python"]) == 1, banner
+        assert len(cmds["curl"]) == 3 and len(cmds["python"]) == 1, banner
         # the Python line needs the openai package, which installing upgate does not bring
         assert cmds["pip"][0].split("#")[0].strip() == "pip install openai"
         assert banner.index("pip install openai") < banner.index("python -c")
@@ -76,7 +76,34 @@ def test_the_demos_printed_lines_work_as_printed_from_an_empty_folder(tmp_path):
         me = json.loads(_sh(cmds["curl"][1], tmp_path))
         assert me["wallet"]["balance_toman"] != "100000.000000"  # the chat above was charged
         assert _sh(cmds["python"][0], tmp_path).startswith("tok0")
+        # the printed admin token opens the management API: the two answers are on record
+        records = json.loads(_sh(cmds["curl"][2], tmp_path))["data"]
+        assert [r["model"] for r in records] == ["mock/chat-1", "mock/chat-1"]
+        admin = re.search(r"admin\s+(upa_\w+)", banner).group(1)
+        assert admin in cmds["curl"][2]
+        assert re.search(rf"console\s+http://127\.0\.0\.1:{port}/admin/\n", banner)
         assert not list(tmp_path.iterdir())  # nothing written where it was run
+    finally:
+        assert stop(proc, signal.SIGINT) == 0
+
+
+def test_the_demos_admin_token_signs_in_to_its_console(tmp_path):
+    pytest.importorskip("upgate.console", reason="the console is not in this build yet")
+    port = free_port()
+    proc = spawn([sys.executable, "-m", "upgate.cli", "demo", "--port", str(port)], env=SRC,
+                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=tmp_path)
+    try:
+        banner = _banner(proc)
+        admin = re.search(r"admin\s+(upa_\w+)", banner).group(1)
+        account = re.search(r"^  account\s+(\S+)", banner, re.M).group(1)
+        console = re.search(r"^  console\s+(http\S+)", banner, re.M).group(1)
+        with httpx.Client(timeout=10) as x:
+            x.get(console + "login")
+            signed_in = x.post(console + "login", data={"token": admin, "next": console,
+                                                        "_xsrf": x.cookies["_xsrf"]})
+            assert signed_in.status_code == 303, signed_in.text
+            page = x.get(console + "accounts/" + account)
+            assert page.status_code == 200 and "09120000000" in page.text  # the demo's account
     finally:
         assert stop(proc, signal.SIGINT) == 0
 

@@ -307,13 +307,12 @@ def show(client, account_id: str) -> dict:
     return _view(acct, store.text_map(raw), int(count), int(used or 0))
 
 
-def list_accounts(client, *, phone: str | None = None) -> list[dict]:
-    """Every account (the `show` view), oldest first; only those with this phone if given."""
-    ids = sorted(store.text(a) for a in client.sscan_iter(keyspace.ACCOUNTS, count=1000))
+def _views(client, ids: list[str], batch: int):
+    """(account id, its `show` view or None when gone) for `ids` in order, `batch` wallets per
+    round trip (one pipeline: wallet, key count, today's free counter)."""
     day = jalali.day_key()
-    out = []
-    for start in range(0, len(ids), 500):
-        chunk = ids[start:start + 500]
+    for start in range(0, len(ids), batch):
+        chunk = ids[start:start + batch]
         pipe = client.pipeline(transaction=False)
         for acct in chunk:
             pipe.hgetall(keyspace.wallet(acct))
@@ -322,11 +321,17 @@ def list_accounts(client, *, phone: str | None = None) -> list[dict]:
         replies = pipe.execute()
         for i, acct in enumerate(chunk):
             raw, count, used = replies[3 * i:3 * i + 3]
-            if not raw:
-                continue
-            view = _view(acct, store.text_map(raw), int(count), int(used or 0))
-            if phone is None or view["phone"] == phone:
-                out.append(view)
+            yield acct, (_view(acct, store.text_map(raw), int(count), int(used or 0)) if raw else None)
+
+
+def _all_ids(client) -> list[str]:
+    return sorted(store.text(a) for a in client.sscan_iter(keyspace.ACCOUNTS, count=1000))
+
+
+def list_accounts(client, *, phone: str | None = None) -> list[dict]:
+    """Every account (the `show` view), oldest first; only those with this phone if given."""
+    out = [v for _, v in _views(client, _all_ids(client), 500)
+           if v is not None and (phone is None or v["phone"] == phone)]
     out.sort(key=lambda v: (v["created_at"], v["account_id"]))
     return out
 
@@ -417,28 +422,14 @@ def page(client, *, phone: str | None = None, cursor: str | None = None,
             cursor = str(uuid.UUID(cursor))
         except ValueError:
             raise InvalidCursor(f"not a cursor from a previous page: {cursor!r}") from None
-    ids = sorted(store.text(a) for a in client.sscan_iter(keyspace.ACCOUNTS, count=1000))
+    ids = _all_ids(client)
     if cursor is not None:
         from bisect import bisect_right
         ids = ids[bisect_right(ids, cursor):]
-    day = jalali.day_key()
     out: list[dict] = []
-    step = limit if phone is None else 500
-    for start in range(0, len(ids), step):
-        chunk = ids[start:start + step]
-        pipe = client.pipeline(transaction=False)
-        for acct in chunk:
-            pipe.hgetall(keyspace.wallet(acct))
-            pipe.scard(keyspace.account_keys(acct))
-            pipe.get(keyspace.free(acct, day))
-        replies = pipe.execute()
-        for i, acct in enumerate(chunk):
-            raw, count, used = replies[3 * i:3 * i + 3]
-            if raw:
-                view = _view(acct, store.text_map(raw), int(count), int(used or 0))
-                if phone is None or view["phone"] == phone:
-                    out.append(view)
-            if len(out) == limit:
-                more = acct != ids[-1]
-                return out, (acct if more else None)
+    for acct, view in _views(client, ids, limit if phone is None else 500):
+        if view is not None and (phone is None or view["phone"] == phone):
+            out.append(view)
+        if len(out) == limit:
+            return out, (acct if acct != ids[-1] else None)
     return out, None

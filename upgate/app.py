@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import tornado.web
 
+from upgate import console
 from upgate.handlers import admin
 from upgate.handlers.base import NotFoundHandler, ResponsesHandler
 from upgate.handlers.health import HealthHandler, MetricsHandler
@@ -31,6 +32,8 @@ def make_app(ctx, **settings) -> tornado.web.Application:
         # the management API (/admin/v1/...): admin tokens only; after every /v1 route, so a
         # client request never tries these patterns (docs/admin-api.md)
         *admin.routes(d),
+        # the operator's console: HTML pages under /admin/ (upgate/console/, docs/console.md)
+        *console.routes(ctx),
     ]
     return tornado.web.Application(
         routes,

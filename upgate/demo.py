@@ -1,12 +1,13 @@
 """`upgate demo`: the whole gateway in one process, on the embedded store, with the built-in
-mock provider, a small catalog, one funded account and one printed key. Ctrl-C stops it."""
+mock provider, a small catalog, one funded account, one printed key and one printed admin token
+(for the console and the management API). Ctrl-C stops it."""
 from __future__ import annotations
 
 import asyncio
 import secrets
 from importlib import resources
 
-from upgate import accounts, catalog, catalog_store, keys, money, store
+from upgate import accounts, admin_tokens, catalog, catalog_store, keys, money, store
 from upgate import mock_upstream
 from upgate.server import bind, serve_forever, use_uvloop
 from upgate.settings import Settings
@@ -22,12 +23,14 @@ def setup(redis_url: str, pepper: str) -> dict:
     catalog_store.store(client, catalog.parse(text, {"mock"}))
     account_id = accounts.create_account(client, "09120000000", money.parse_toman(DEMO_BALANCE))
     key, key_id, _prefix = keys.create_key(client, pepper, account_id, name="demo")
-    return {"account_id": account_id, "key": key, "key_id": key_id}
+    admin = admin_tokens.create(client, pepper, "demo")
+    return {"account_id": account_id, "key": key, "key_id": key_id, "admin_token": admin["token"]}
 
 
 def banner(port: int, info: dict) -> str:
-    base = f"http://127.0.0.1:{port}/v1"
-    key = info["key"]
+    root = f"http://127.0.0.1:{port}"
+    base = root + "/v1"
+    key, admin = info["key"], info["admin_token"]
     return f"""
 upgate demo is running (mock provider; nothing leaves this machine).
 
@@ -37,7 +40,11 @@ upgate demo is running (mock provider; nothing leaves this machine).
   models     mock/chat-1 (paid), mock/chat-1:free, mock/embed-1 (embeddings)
   store      embedded in this process and private to it, gone when the demo stops:
              upgate-admin (which reads UPGATE_REDIS_URL, by default redis://127.0.0.1:6379/0)
-             cannot see it.
+             cannot see it. Explore it with the console or the management API instead,
+             signed in with this admin token:
+  admin      {admin}
+  console    {root}/admin/
+  admin API  {root}/admin/v1  (docs/admin-api.md)
 
 Try it:
 
@@ -46,6 +53,8 @@ Try it:
     -d '{{"model": "mock/chat-1", "messages": [{{"role": "user", "content": "Hello"}}]}}'
 
   curl -s {base}/svc/me -H "Authorization: Bearer {key}"
+
+  curl -s {root}/admin/v1/accounts/{info['account_id']}/requests -H "Authorization: Bearer {admin}"
 
   pip install openai    # the OpenAI client library (installing upgate does not bring it)
   python -c 'from openai import OpenAI; c = OpenAI(base_url="{base}", api_key="{key}"); print(c.chat.completions.create(model="mock/chat-1", messages=[{{"role": "user", "content": "Hi"}}]).choices[0].message.content)'

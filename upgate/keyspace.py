@@ -219,3 +219,10 @@ ADMIN_TOKENS = "{admin}:tokens"  # hash: HMAC of an admin token → JSON {name, 
 ADMIN_TOKEN_NAMES = "{admin}:token_names"  # hash: name → HMAC (names are unique)
 ADMIN_TOKEN_USED = "{admin}:token_used"  # hash: name → unix s of its last accepted request
 ADMIN_LOG = "{admin}:log"  # list, newest first: JSON {time, actor, action, target, detail}
+
+
+def console_session(session_hash: str) -> str:
+    """String, with a TTL: one operator console session (upgate/console/session.py), named by
+    the SHA-256 of its id, holding the admin token encrypted under a key derived from that id.
+    Its own slot; only single-key commands."""
+    return "console:session:" + session_hash

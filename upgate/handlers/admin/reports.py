@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import time
 
-from upgate import accounts, jalali, keyspace, money, store, transactions, usage
+from upgate import accounts, overview, usage
 from upgate.errors import GatewayError
 from upgate.handlers.admin.base import AdminHandler
 from upgate.handlers.admin.spec import JDAY, MONEY, Op, obj
 from upgate.handlers.usage import parse_range
-
-OVERVIEW_CACHE_S = 30.0  # an overview reads N accounts × D days: a dashboard refresh reuses it
 
 _ROW = {"requests": {"type": "integer"}, "prompt_tokens": {"type": "integer"},
         "completion_tokens": {"type": "integer"}, "cost_toman": MONEY}
@@ -21,39 +19,6 @@ def _usage(client, account_id: str, days: list[str], group_by: str) -> dict:
     report = usage.report(usage.fetch(client, acct, days), group_by)
     report.update({"account_id": acct, "from": days[0], "to": days[-1], "group_by": group_by})
     return report
-
-
-def _topups(client, days: list[str]) -> dict[str, int]:
-    """Σ top-ups (opening balances included, a migration's not: transactions.is_migration) per
-    day, from every account's transactions of the months the range touches: one call per
-    account and month."""
-    wanted, months = set(days), sorted({d[:7] for d in days})
-    out = dict.fromkeys(days, 0)
-    for acct in client.sscan_iter(keyspace.ACCOUNTS, count=1000):
-        for month in months:
-            for t in transactions.list_transactions(client, store.text(acct), month=month):
-                if t["kind"] in ("topup", "opening") and not transactions.is_migration(t):
-                    day = jalali.day_key(_epoch(t["time"]))
-                    if day in wanted:
-                        out[day] += money.parse_toman(t["amount_toman"], allow_negative=True)
-    return out
-
-
-def _epoch(iso: str) -> float:
-    from datetime import datetime
-
-    return datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
-
-
-def _overview(client, days: list[str]) -> dict:
-    counts = usage.overview(client, days)
-    topups = _topups(client, days)
-    rows = [{"day": d, "requests": counts[d]["requests"], "charges_toman": money.fmt(counts[d]["charges"]),
-             "topups_toman": money.fmt(topups[d])} for d in days]
-    totals = {"requests": sum(counts[d]["requests"] for d in days),
-              "charges_toman": money.fmt(sum(counts[d]["charges"] for d in days)),
-              "topups_toman": money.fmt(sum(topups.values()))}
-    return {"from": days[0], "to": days[-1], "days": rows, "totals": totals}
 
 
 class UsageHandler(AdminHandler):
@@ -86,8 +51,8 @@ class OverviewHandler(AdminHandler):
         days = parse_range(self.get_query_argument("from", None), self.get_query_argument("to", None))
         cache, key = self.ctx.admin.cache, ("overview", days[0], days[-1])
         hit = cache.get(key)
-        if hit is None or time.monotonic() - hit[0] > OVERVIEW_CACHE_S:
-            hit = (time.monotonic(), await self.call(_overview, days))
+        if hit is None or time.monotonic() - hit[0] > overview.CACHE_S:
+            hit = (time.monotonic(), await self.call(overview.overview, days))
             if len(cache) > 64:
                 cache.clear()
             cache[key] = hit

@@ -1,0 +1,37 @@
+"""The operator's console at /admin/: server-rendered pages (Tornado templates and one CSS
+file shipped as package data) over the same service functions the management API and the CLI
+call. No JavaScript, no build step, nothing fetched from elsewhere.
+
+`routes(ctx)` is the block app.py mounts. See docs/console.md.
+"""
+from __future__ import annotations
+
+import tornado.web
+
+from upgate.console import pages
+from upgate.console.base import STATIC
+
+__all__ = ["routes"]
+
+_ID = r"([^/]+)"
+
+
+def routes(ctx) -> list:
+    d = {"ctx": ctx}
+    acct = r"/admin/accounts/" + _ID
+    return [
+        (r"/admin/?", pages.OverviewHandler, d),  # /admin too: a typed address lands here
+        (r"/admin/login", pages.LoginHandler, d),
+        (r"/admin/logout", pages.LogoutHandler, d),
+        (r"/admin/accounts", pages.AccountsHandler, d),
+        (acct, pages.AccountHandler, d),
+        (acct + r"/topups", pages.TopupHandler, d),
+        (acct + r"/adjustments", pages.AdjustmentHandler, d),
+        (acct + r"/(suspend|resume)", pages.SuspendHandler, d),
+        (acct + r"/statement\.csv", pages.StatementCsvHandler, d),
+        (acct + r"/keys", pages.KeyCreateHandler, d),
+        (acct + r"/keys/" + _ID + r"/update", pages.KeyUpdateHandler, d),
+        (acct + r"/keys/" + _ID + r"/revoke", pages.KeyRevokeHandler, d),
+        (r"/admin/models", pages.ModelsHandler, d),
+        (r"/admin/static/(.*)", tornado.web.StaticFileHandler, {"path": STATIC}),
+    ]

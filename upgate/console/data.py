@@ -1,0 +1,93 @@
+"""What each console page shows, gathered in one sync call per page (run in the executor).
+
+Only composition: every number comes from the service functions the management API and the
+CLI call (accounts, keys, usage, catalog, transactions, statements, records); nothing here
+decides, validates or computes money. Refusals (ValueError subclasses) pass through to the
+handler, which shows their one-line message.
+"""
+from __future__ import annotations
+
+from upgate import accounts, catalog, catalog_store, jalali, keys, records, statements, transactions, usage
+
+REQUESTS_SHOWN = 25
+
+
+def _days_until_today(month: str) -> list[str]:
+    first, last = jalali.parse_month(month)
+    today = jalali.day_key()
+    return [d for d in jalali.days(first, last) if d <= today] or [jalali.days(first, last)[0]]
+
+
+def _by_day(days: list[str], report: dict) -> list[dict]:
+    """The report's rows (days without requests are left out) on every day of the period."""
+    rows = {r["day"]: r for r in report["rows"]}
+    blank = {"requests": 0, "prompt_tokens": 0, "completion_tokens": 0, "cost_toman": "0.000000"}
+    return [{"day": d, **rows.get(d, blank)} for d in days]
+
+
+def find_accounts(client, q: str) -> list[dict]:
+    """An account id (exact) or a phone number → the matching accounts (`accounts.show` views)."""
+    q = (q or "").strip()
+    if not q:
+        return []
+    try:
+        acct = accounts.normalize_id(q)
+    except accounts.UnknownAccount:  # not an id: a phone number, or a refusal naming the phone
+        return accounts.list_accounts(client, phone=accounts.check_phone(q))
+    return [accounts.show(client, acct)]
+
+
+def account_page(client, account_id: str, month: str | None = None) -> dict:
+    view = accounts.show(client, account_id)
+    acct = view["account_id"]
+    month = month or jalali.month_key()
+    days = _days_until_today(month)
+    raw = usage.fetch(client, acct, days)
+    out = {
+        "account": view,
+        "month": month,
+        "keys": keys.list_keys(client, acct),
+        "usage_days": _by_day(days, usage.report(raw, "day")),
+        "usage_models": usage.report(raw, "model"),
+        "transactions": transactions.list_transactions(client, acct, month=month),
+        "statement": statements.statement(client, acct, month),
+        "requests": records.list_requests(client, acct, limit=REQUESTS_SHOWN),
+    }
+    return out
+
+
+def statement_csv(client, account_id: str, month: str | None) -> tuple[str, str]:
+    st = statements.statement(client, account_id, month)
+    return st["month"], statements.to_csv(st)
+
+
+def models_page(client) -> dict:
+    """What `upgate-admin models list` shows: the catalog in force and each provider's last
+    price sync."""
+    version, updated, items = catalog_store.read(client)
+    created = int(updated or 0)
+    return {"version": version, "prices_updated_at": updated,
+            "models": [catalog.admin_record(m, created) for m in items],
+            "price_syncs": catalog_store.read_syncs(client)}
+
+
+def overview_days() -> list[str]:
+    """The current Jalali month up to today: the overview's period."""
+    return _days_until_today(jalali.month_key())
+
+
+def node_health(ctx) -> dict:
+    """This node's state, as /healthz reports it, and the providers and cold models it routes
+    by (its in-memory catalog and cool-down map: no I/O, run on the loop)."""
+    from upgate.handlers.health import _journal
+
+    models = ctx.catalog.visible()
+    cold = sorted((m.id, left) for m in models if (left := ctx.ledger.cold_until(m.id)))
+    cold_ids = {m for m, _ in cold}
+    providers = [{"name": p.name, "dialect": p.dialect, "available": p.available,
+                  "models": sum(1 for m in models if m.provider == p.name),
+                  "cold": sum(1 for m in models if m.provider == p.name and m.id in cold_ids)}
+                 for p in sorted(ctx.providers.values(), key=lambda p: p.name)]
+    return {"node": {"redis_ok": ctx.redis_ok, "catalog_version": ctx.catalog.version,
+                     "draining": ctx.draining, "inflight": len(ctx.inflight), "journal": _journal(ctx)},
+            "providers": providers, "cold": cold}

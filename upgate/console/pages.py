@@ -1,0 +1,266 @@
+"""The console's pages: one small handler per page and per form. Each parses the form, calls
+the service layer in the executor, and renders; a refusal from the service layer is shown as
+its one-line message with the form as it was typed (nothing was written).
+
+Writes redirect (303) to the account page with a one-line result, except creating a key,
+which renders the page at once: the new key is in that response and nowhere else.
+"""
+from __future__ import annotations
+
+import secrets
+import time
+import urllib.parse
+
+import tornado.web
+
+from upgate import accounts, admin_log, keys, overview, transactions
+from upgate.console import charts, data, fmt, session
+from upgate.console.base import PREFIX, ConsoleHandler, log
+
+
+def fresh_ref() -> str:
+    """A new idempotency ref per rendered form: submitting that form twice (a double click,
+    a reload, the back button) sends the same ref, and the second is a replay."""
+    return "console-" + secrets.token_hex(8)
+
+
+def _safe_next(target: str | None) -> str:
+    """Only a path inside the console, never another host (an open redirect)."""
+    if target and target.startswith(PREFIX + "/") and not target.startswith("//") and "\\" not in target:
+        return target
+    return PREFIX + "/"
+
+
+class LoginHandler(ConsoleHandler):
+    public = True
+
+    def get(self) -> None:
+        self.render("login.html", next=_safe_next(self.get_query_argument("next", None)), error=None)
+
+    async def post(self) -> None:
+        target = _safe_next(self.get_body_argument("next", None))
+        node = self.ctx.admin  # the management API's throttle on failed sign-ins, per address
+        address = node.address(self.request)
+        wait = node.throttled(address)
+        if wait:
+            self.set_status(429)
+            self.set_header("Retry-After", str(wait))
+            self.render("login.html", next=target, error=f"Too many failed sign-ins: try again in {wait} s.")
+            return
+        sid, who = await self.call(session.sign_in, self.pepper, self.get_body_argument("token", ""))
+        if sid is None:
+            node.failed(address)
+            self.set_status(401)
+            self.render("login.html", next=target,
+                        error="That admin token was not accepted: unknown, revoked or mistyped.")
+            return
+        self.set_signed_cookie(session.COOKIE, sid, expires_days=session.LIFETIME_S / 86400)
+        self.redirect(target, status=303)
+
+
+class LogoutHandler(ConsoleHandler):
+    public = True  # signing out must work with an already dead session too
+
+    async def post(self) -> None:
+        await self.call(session.sign_out, self.session_id())
+        self.clear_cookie(session.COOKIE, path=PREFIX)
+        self.flash("Signed out.")
+        self.redirect(PREFIX + "/login", status=303)
+
+
+class OverviewHandler(ConsoleHandler):
+    async def get(self) -> None:
+        days = data.overview_days()
+        # the management API's cache of the overview (it reads every account's days): a
+        # dashboard and a console refreshing together read the store once per 30 s
+        cache, key = self.ctx.admin.cache, ("overview", days[0], days[-1])
+        hit = cache.get(key)
+        if hit is None or time.monotonic() - hit[0] > overview.CACHE_S:
+            hit = cache[key] = (time.monotonic(), await self.call(overview.overview, days))
+        self.render("overview.html", nav="overview", charts=charts, **hit[1], **data.node_health(self.ctx))
+
+
+class AccountsHandler(ConsoleHandler):
+    async def get(self) -> None:
+        q = self.get_query_argument("q", "").strip()
+        found, message = [], None
+        try:
+            found = await self.call(data.find_accounts, q)
+        except ValueError as e:
+            message = str(e)
+        if q and not found and message is None:
+            message = f"No account matches {q!r}."
+        self.render("accounts.html", nav="accounts", q=q, found=found, message=message)
+
+
+class AccountHandler(ConsoleHandler):
+    """GET: the account page. Its forms post to the handlers below, which render it again
+    (with the refusal and the typed values) when the service layer refuses."""
+
+    async def get(self, account_id: str) -> None:
+        await self.show(account_id)
+
+    target = None
+
+    async def show(self, account_id: str, *, message: str | None = None, form: str | None = None,
+                   new_key: dict | None = None, status: int = 200) -> None:
+        month = self.get_query_argument("month", None) or None
+        try:
+            page = await self.call(data.account_page, account_id, month)
+        except accounts.UnknownAccount as e:
+            raise tornado.web.HTTPError(404, str(e)) from None
+        except ValueError as e:  # a malformed ?month=
+            page = await self.call(data.account_page, account_id, None)
+            message, form = str(e), "month"
+        self.set_status(status)
+        typed = {k: self.get_body_argument(k, "") for k in self.request.body_arguments} if form else {}
+        self.render("account.html", nav="accounts", charts=charts, message=message, form=form,
+                    typed=typed, target=self.target, new_key=new_key, ref=fresh_ref, **page)
+
+
+class WriteHandler(AccountHandler):
+    writes = True
+    form = ""  # which form a refusal is shown at (with its typed values)
+
+    logged = ("amount_toman", "ref", "note", "name", "rate_limit_rpm", "monthly_limit_toman",
+              "allowed_models", "expires_at")  # never a key or a token
+
+    async def record(self, account_id: str) -> None:
+        """The admin log, as the management API writes it: actor = the admin token's name,
+        action = the console's route, target = the account."""
+        action = "POST " + self.request.path.replace(account_id, "{id}", 1)
+        detail = {k: self.arg(k) for k in self.logged if self.arg(k)}
+        if self.anchor == "keys" and self.target:
+            action = action.replace(self.target, "{key_id}", 1)
+            detail["key_id"] = self.target
+        try:
+            await self.call(admin_log.record, self.who.name, action, account_id, detail)
+        except Exception as e:  # the store went away between the write and its entry
+            log.warning("console write by %s not recorded in the admin log: %s (%s)", self.who.name,
+                        action, type(e).__name__)
+
+    @property
+    def anchor(self) -> str:
+        return "keys" if self.form.startswith("key") else self.form
+
+    def arg(self, name: str) -> str:
+        return self.get_body_argument(name, "").strip()
+
+    async def post(self, account_id: str, *rest) -> None:
+        self.target = rest[0] if rest else None  # the key a key form acted on
+        try:
+            done = await self.call(self.act, account_id, *rest)
+        except accounts.UnknownAccount as e:
+            raise tornado.web.HTTPError(404, str(e)) from None
+        except ValueError as e:
+            conflict = isinstance(e, transactions.IdempotencyConflict)
+            await self.show(account_id, message=str(e), form=self.form, status=409 if conflict else 400)
+            return
+        await self.record(account_id)
+        if isinstance(done, dict) and "new_key" in done:
+            await self.show(account_id, new_key=done["new_key"], status=201)
+            return
+        self.flash(done)
+        self.redirect(f"{PREFIX}/accounts/{urllib.parse.quote(account_id)}#{self.anchor}", status=303)
+
+
+class TopupHandler(WriteHandler):
+    form = "topup"
+
+    def act(self, client, account_id: str) -> str:
+        res = transactions.topup(client, account_id, self.arg("amount_toman"), ref=self.arg("ref") or None,
+                                      note=self.arg("note") or None, actor=self.who.name)
+        return _credited("Top-up", res)
+
+
+class AdjustmentHandler(WriteHandler):
+    form = "adjust"
+
+    def act(self, client, account_id: str) -> str:
+        res = transactions.adjust(client, account_id, self.arg("amount_toman"), note=self.arg("note"),
+                                       ref=self.arg("ref") or None, actor=self.who.name)
+        return _credited("Adjustment", res)
+
+
+def _credited(what: str, res: dict) -> str:
+    tx = res["transaction"]
+    if res["replayed"]:
+        return (f"{what} with ref {tx['ref']} was already recorded: nothing changed "
+                f"(balance {fmt.toman(res['balance_toman'])} toman).")
+    return (f"{what} of {fmt.toman(tx['amount_toman'])} toman recorded; "
+            f"balance {fmt.toman(res['balance_toman'])} toman.")
+
+
+def _key_settings(arg, *, clearing: bool) -> dict:
+    """Form text → keys.create_key / update_key arguments through the service's own parsers.
+    Creating, a blank field is left out; updating, a blank field clears it (rpm stays)."""
+    parsers = {"monthly_limit_toman": ("monthly_limit_micro",
+                                       lambda t: accounts.parse_amount(t, what="monthly_limit_toman")),
+               "allowed_models": ("allowed_models", keys.parse_models),
+               "expires_at": ("expires_at_ms", keys.parse_expires)}
+    out: dict = {}
+    name = arg("name")
+    if name or clearing:
+        out["name"] = name or None
+    if arg("rate_limit_rpm"):
+        out["rpm"] = keys.parse_rpm(arg("rate_limit_rpm"))
+    for field, (kwarg, parse) in parsers.items():
+        if arg(field):
+            out[kwarg] = parse(arg(field))
+        elif clearing:
+            out[kwarg] = None
+    return out
+
+
+class KeyCreateHandler(WriteHandler):
+    form = "key-create"
+
+    def act(self, client, account_id: str) -> dict:
+        full, key_id, prefix = keys.create_key(client, self.pepper, account_id,
+                                               **_key_settings(self.arg, clearing=False))
+        return {"new_key": {"key": full, "key_id": key_id, "prefix": prefix}}
+
+
+class KeyUpdateHandler(WriteHandler):
+    form = "keys"
+
+    def act(self, client, account_id: str, key_id: str) -> str:
+        keys.update_key(client, key_id, account_id=account_id, **_key_settings(self.arg, clearing=True))
+        return f"Key {key_id} updated."
+
+
+class KeyRevokeHandler(WriteHandler):
+    form = "keys"
+
+    def act(self, client, account_id: str, key_id: str) -> str:
+        changed = keys.revoke_key(client, key_id, account_id=account_id)
+        return f"Key {key_id} revoked." if changed else f"Key {key_id} already was revoked."
+
+
+class SuspendHandler(WriteHandler):
+    form = "wallet"
+
+    def act(self, client, account_id: str, verb: str) -> str:
+        if verb == "suspend":
+            return "Account suspended." if accounts.suspend(client, account_id) else "Already suspended."
+        return "Account resumed." if accounts.resume(client, account_id) else "It was not suspended."
+
+
+class StatementCsvHandler(ConsoleHandler):
+    async def get(self, account_id: str) -> None:
+        try:
+            month, text = await self.call(data.statement_csv, account_id,
+                                                 self.get_query_argument("month", None) or None)
+        except ValueError as e:
+            raise tornado.web.HTTPError(404 if isinstance(e, accounts.UnknownAccount) else 400, str(e)) from None
+        self.set_header("Content-Type", "text/csv; charset=UTF-8")
+        self.set_header("Content-Disposition", f'attachment; filename="statement-{account_id}-{month}.csv"')
+        self.finish(text)
+
+
+class ModelsHandler(ConsoleHandler):
+    async def get(self) -> None:
+        page = await self.call(data.models_page)
+        ledger = self.ctx.ledger
+        cold = {m["id"]: ledger.cold_until(m["id"]) for m in page["models"]}
+        self.render("models.html", nav="models", cold={k: v for k, v in cold.items() if v}, **page)
