@@ -1,3 +1,4 @@
+--! uses _lib
 --[[
   outbox_done.lua: the account's event out for delivery is finished (delivered, or given up
   after the retry window): drop it from the outbox and hand out the next one at once, so a
@@ -15,15 +16,10 @@
 
   Output: {0} nothing more to send; {1, entry} the next event: add it to the stream
 ]]
-local rcall = redis.call
 local outbox, state, index = KEYS[1], KEYS[2], KEYS[3]
 local account_id, event_id = ARGV[1], ARGV[2]
 local check_ms = tonumber(ARGV[4])
-local now = tonumber(ARGV[3]) or 0
-if now <= 0 then
-  local t = rcall('TIME')
-  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
+local now = clock_ms(ARGV[3])
 
 if rcall('HGET', state, 'sent') ~= event_id then
   return {0}

@@ -1,3 +1,4 @@
+--! uses _lib
 --[[
   outbox_take.lua: the mover's step for one account: hand out the account's OLDEST undelivered
   event, one at a time, so events reach the delivery stream (and the receiver) in the order they
@@ -20,15 +21,10 @@
     {1, entry}            a new oldest event: add it to the stream
     {2, entry, stream_id} the event out is due for a check (stream_id "" = never recorded)
 ]]
-local rcall = redis.call
 local outbox, state, index = KEYS[1], KEYS[2], KEYS[3]
 local account_id = ARGV[1]
 local check_ms = tonumber(ARGV[3])
-local now = tonumber(ARGV[2]) or 0
-if now <= 0 then
-  local t = rcall('TIME')
-  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
+local now = clock_ms(ARGV[2])
 
 local head = rcall('LINDEX', outbox, 0)
 if not head then
