@@ -80,12 +80,20 @@ def _x_labels(parts: list[str], labels: Sequence[str], x_of) -> None:
                          f'text-anchor="middle">{escape(lab)}</text>')
 
 
-def _frame(values: Sequence) -> tuple[list[float], list[float], Callable[[float], float]]:
+def _frame(parts: list[str], values: Sequence, n: int):
+    """The value axis of a day chart, drawn into `parts`: (numbers, slot width, x of the i-th
+    slot's centre, y of a value). Bars and lines share it, so charts of one period line up."""
     nums = [_num(v) for v in values]
     ticks = nice_ticks(max(nums + [0.0]))
     top = ticks[-1] or 1.0
     plot_h = H - TOP - BOTTOM
-    return nums, ticks, lambda v: TOP + plot_h * (1 - max(v, 0.0) / top)
+    slot = (W - LEFT - RIGHT) / n
+
+    def y_of(v: float) -> float:
+        return TOP + plot_h * (1 - max(v, 0.0) / top)
+
+    _y_axis(parts, ticks, y_of)
+    return nums, slot, (lambda i: LEFT + (i + 0.5) * slot), y_of
 
 
 def bars(labels: Sequence[str], values: Sequence, title: str, fmt: Fmt = str,
@@ -94,9 +102,7 @@ def bars(labels: Sequence[str], values: Sequence, title: str, fmt: Fmt = str,
     _cid, parts = _open(title, _desc(tips or labels, values, fmt))
     if not labels:
         return _empty(parts)
-    nums, ticks, y_of = _frame(values)
-    slot = (W - LEFT - RIGHT) / len(labels)
-    _y_axis(parts, ticks, y_of)
+    nums, slot, x_of, y_of = _frame(parts, values, len(labels))
     for i, (v, raw) in enumerate(zip(nums, values)):
         y = y_of(v)
         bw = max(1.0, slot * 0.7)
@@ -104,7 +110,7 @@ def bars(labels: Sequence[str], values: Sequence, title: str, fmt: Fmt = str,
         parts.append(f'<rect class="bar" x="{LEFT + i * slot + (slot - bw) / 2:.1f}" y="{y:.1f}" '
                      f'width="{bw:.1f}" height="{max(0.0, H - BOTTOM - y):.1f}">'
                      f'<title>{escape(tip)}: {escape(fmt(raw))}</title></rect>')
-    _x_labels(parts, labels, lambda i: LEFT + (i + 0.5) * slot)
+    _x_labels(parts, labels, x_of)
     parts.append("</svg>")
     return "".join(parts)
 
@@ -115,10 +121,7 @@ def line(labels: Sequence[str], values: Sequence, title: str, fmt: Fmt = str,
     _cid, parts = _open(title, _desc(tips or labels, values, fmt))
     if not labels:
         return _empty(parts)
-    nums, ticks, y_of = _frame(values)
-    slot = (W - LEFT - RIGHT) / len(labels)
-    x_of = lambda i: LEFT + (i + 0.5) * slot  # noqa: E731 - the bars' centres, so charts of one period line up
-    _y_axis(parts, ticks, y_of)
+    nums, _slot, x_of, y_of = _frame(parts, values, len(labels))
     points = " ".join(f"{x_of(i):.1f},{y_of(v):.1f}" for i, v in enumerate(nums))
     parts.append(f'<polyline class="line" points="{points}"/>')
     for i, (v, raw) in enumerate(zip(nums, values)):
