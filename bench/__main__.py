@@ -22,7 +22,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="profile the saturation phase with py-spy → bench/PROFILE.md")
     ap.add_argument("--ab", metavar="REV",
                     help="compare git revision REV with the working tree, run alternately")
-    ap.add_argument("--rounds", type=int, default=3, help="rounds of --ab (default 3)")
+    ap.add_argument("--rounds", type=int, default=10, help="alternations of --ab (default 10, at least 6)")
     ap.add_argument("--no-pin", action="store_true", help="do not pin processes to CPUs")
     ap.add_argument("--accounts", type=int, default=400,
                     help="funded accounts, one key each (default 400; at least 200 for 2,000 streams)")
