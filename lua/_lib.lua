@@ -58,8 +58,11 @@ end
 local DAY_MS = 86400000
 
 -- A reaped hold's record kept by settle/release is replaced by the request's full one.
-local function drop_reaped_record(hold_key, records)
-  local old = rcall('HGET', hold_key, 'record')
+-- `old`: the hold's `record` field when the caller read it already (false: it has none).
+local function drop_reaped_record(hold_key, records, old)
+  if old == nil then
+    old = rcall('HGET', hold_key, 'record')
+  end
   if old then
     rcall('ZREM', records, old)
   end
@@ -93,11 +96,17 @@ end
 -- `final`: 'delete' drops the record (released); 'reaped' keeps it as state=reaped for
 -- keep_ms so a late settle of a request that was in fact served can still charge it.
 -- Returns the record fields {state, amount, key, free, stream, month, day, rid, model}; the
--- caller checks rec[1] == 'open' to know whether anything changed.
+-- caller checks rec[1] == 'open' to know whether anything changed. A caller that read them
+-- already (read_hold) passes them as `rec`, and may pass `key_live` (does the hold's key record
+-- still exist?) when it knows: each redis.call costs about as much as a small command.
+local HOLD_FIELDS = {'state', 'amount', 'key', 'free', 'stream', 'month', 'day', 'rid', 'model', 'record'}
+local function read_hold(hold_key)
+  return rcall('HMGET', hold_key, unpack(HOLD_FIELDS))
+end
+
 local function close_hold(wallet, hold_key, holds, streams, hold_id, key_prefix, free_prefix,
-                          credit, final, keep_ms)
-  local rec = rcall('HMGET', hold_key, 'state', 'amount', 'key', 'free', 'stream', 'month', 'day',
-                    'rid', 'model')
+                          credit, final, keep_ms, rec, key_live)
+  rec = rec or read_hold(hold_key)
   if rec[1] ~= 'open' then
     return rec
   end
@@ -105,7 +114,10 @@ local function close_hold(wallet, hold_key, holds, streams, hold_id, key_prefix,
   if amount ~= 0 then
     rcall('HINCRBY', wallet, 'held', istr(-amount))
     local key_record = key_prefix .. (rec[3] or '')
-    if rcall('EXISTS', key_record) == 1 then
+    if key_live == nil then
+      key_live = rcall('EXISTS', key_record) == 1
+    end
+    if key_live then
       rcall('HINCRBY', key_record, 'held', istr(-amount))
     end
   end
@@ -177,8 +189,9 @@ end
 -- threshold arms it again; money coming in (`credit` = true) that brings available back to the
 -- threshold or above arms it again too. Hold churn never re-arms it: a busy account hovering at
 -- its threshold would otherwise fire on every other request.
-local function low_balance_check(wallet, outbox, state, index, account_id, now_ms, credit)
-  local w = rcall('HMGET', wallet, 'balance', 'held', 'low_balance', 'low_fired')
+-- `w`: the wallet's {balance, held, low_balance, low_fired} when the caller read them already.
+local function low_balance_check(wallet, outbox, state, index, account_id, now_ms, credit, w)
+  w = w or rcall('HMGET', wallet, 'balance', 'held', 'low_balance', 'low_fired')
   local threshold = w[3]
   if not threshold or threshold == '' then
     if w[4] then

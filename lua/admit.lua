@@ -161,11 +161,14 @@ end
 
 -- the hold record, leased, and indexed so the reaper finds it if this request's node dies
 local deadline = now + lease_ms
-rcall('HSET', hold_key, 'state', 'open', 'amount', istr(hold_micro), 'key', key_id,
-      'free', is_free and '1' or '0', 'stream', is_stream and '1' or '0',
-      'month', month, 'day', day, 'deadline', istr(deadline))
-if ARGV[14] ~= '' then
-  rcall('HSET', hold_key, 'rid', ARGV[14], 'model', ARGV[15])
+if ARGV[14] ~= '' then -- (one HSET either way: each redis.call costs as much as a small command)
+  rcall('HSET', hold_key, 'state', 'open', 'amount', istr(hold_micro), 'key', key_id,
+        'free', is_free and '1' or '0', 'stream', is_stream and '1' or '0',
+        'month', month, 'day', day, 'deadline', istr(deadline), 'rid', ARGV[14], 'model', ARGV[15])
+else
+  rcall('HSET', hold_key, 'state', 'open', 'amount', istr(hold_micro), 'key', key_id,
+        'free', is_free and '1' or '0', 'stream', is_stream and '1' or '0',
+        'month', month, 'day', day, 'deadline', istr(deadline))
 end
 rcall('ZADD', holds, istr(deadline), hold_id)
 if is_stream then

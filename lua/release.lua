@@ -36,7 +36,7 @@ local rec = close_hold(wallet, hold_key, holds, streams, hold_id, key_prefix, fr
                        credit, 'delete', 0)
 if rec[1] ~= 'open' then
   if rec[1] == 'reaped' then
-    drop_reaped_record(hold_key, records)
+    drop_reaped_record(hold_key, records, rec[10])
     rcall('DEL', hold_key) -- no settle will follow a release
     record()
   end

@@ -51,35 +51,41 @@ local cached = tonumber(ARGV[9]) or 0
 local outbox, outbox_state, outbox_index = KEYS[6], KEYS[7], KEYS[8]
 local account_id = ARGV[12]
 
-local rec = rcall('HMGET', hold_key, 'state', 'key', 'month', 'day')
-local state, key_id, month, day = rec[1], rec[2], rec[3], rec[4]
+-- Each hash is read once (redis.call is the cost of a script): the hold, the key record (does
+-- it still exist — its `revoked` field always does — and its monthly limit), the wallet.
+local rec = read_hold(hold_key)
+local state, key_id, month, day = rec[1], rec[3], rec[6], rec[7]
 if state ~= 'open' and state ~= 'reaped' then
   return {0, 0, 0}
 end
+local key_record = key_prefix .. key_id
+local k = rcall('HMGET', key_record, 'revoked', 'monthly_limit')
+local key_live = k[1] ~= false
 local code = 2
 if state == 'open' then
-  close_hold(wallet, hold_key, holds, streams, hold_id, key_prefix, '', false, 'delete', 0)
+  close_hold(wallet, hold_key, holds, streams, hold_id, key_prefix, '', false, 'delete', 0, rec, key_live)
   code = 1
 else
-  drop_reaped_record(hold_key, records)
+  drop_reaped_record(hold_key, records, rec[10])
   rcall('DEL', hold_key)
 end
 
 -- the charge
 local balance = rcall('HINCRBY', wallet, 'balance', istr(-tonumber(cost)))
-if rcall('HEXISTS', wallet, 'credited') == 1 then -- else credit.lua or the audit migrates it later
+local w = rcall('HMGET', wallet, 'held', 'credited', 'low_balance', 'low_fired')
+if w[2] then -- else credit.lua or the audit migrates the wallet later
   rcall('HINCRBY', wallet, 'charged', cost)
 end
-local key_record = key_prefix .. key_id
 local now = clock_ms(ARGV[14])
-if rcall('EXISTS', key_record) == 1 then
+if key_live then
   local spent = rcall('HINCRBY', key_record, 'spent:' .. month, cost)
-  local monthly = rcall('HGET', key_record, 'monthly_limit')
+  local monthly = k[2]
   if monthly and spent >= tonumber(monthly) then
     limit_reached(key_record, outbox, outbox_state, outbox_index, account_id, key_id, month, monthly, spent, now)
   end
 end
-low_balance_check(wallet, outbox, outbox_state, outbox_index, account_id, now, false)
+low_balance_check(wallet, outbox, outbox_state, outbox_index, account_id, now, false,
+                  {balance, w[1], w[3], w[4]})
 
 -- the day's aggregates for the usage report: `<dimension>|<name>|<metric>`
 local usage = usage_prefix .. day
@@ -95,4 +101,4 @@ rcall('PEXPIRE', usage, usage_ttl_ms)
 keep_record(records, ARGV[13], ARGV[12], ARGV[11], ARGV[10], tonumber(ARGV[14]), tonumber(ARGV[15]),
             tonumber(ARGV[16]))
 
-return {code, balance, tonumber(rcall('HGET', wallet, 'held')) or 0}
+return {code, balance, tonumber(w[1]) or 0}

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 from admin_cli.main import cli
 from tests.ledger_kit import KEY, TOMAN, run as run_ledger, seed_key
-from upgate import jalali, keyspace
+from upgate import jalali, keyspace, records
 
 UNKNOWN = "00000000-0000-4000-8000-000000000000"
 
@@ -108,8 +108,8 @@ def test_requests_and_request_show(run, acct, redis_url):
     async def body(L):
         adm = await L.admit(account_id=acct, key_id=KEY, model="m/x", hold_micro=TOMAN, stream=False, free=False)
         await L.settle(acct, adm.hold_id, key_id=KEY, model="m/x", cost_micro=1234, prompt_tokens=1,
-                       completion_tokens=1, record={"request_id": "req_cli1", "key_id": KEY, "model": "m/x",
-                                                    "status": 200, "hold_micro": TOMAN, "cost_micro": 1234})
+                       completion_tokens=1, record=records.new(request_id="req_cli1", key_id=KEY, model="m/x",
+                                                          status=200, hold_micro=TOMAN, cost_micro=1234))
     run_ledger(redis_url, body)
     out = ok_json(run("requests", acct, "--json"))["requests"]
     assert [x["request_id"] for x in out] == ["req_cli1"] and out[0]["cost_toman"] == "0.001234"

@@ -47,8 +47,7 @@ rpm = st.sampled_from((1, 2, 3, 5, 600))  # per key
 
 
 def _record(request_id: str, key: str, cost: int) -> dict:
-    return {"request_id": request_id, "key_id": key, "model": "m/a", "status": 200,
-            "cost_micro": cost, "hold_micro": 0}
+    return records.new(request_id=request_id, key_id=key, model="m/a", status=200, cost_micro=cost)
 
 
 def check(url, sync, ops, initial, sharded=False, quota=1000, rpms=(600, 600), legacy=False):

@@ -318,7 +318,7 @@ def _pids_behind(url: str, want: int = 2, timeout: float = 20) -> set[int]:
 
 def test_two_worker_processes_serve_and_scrape_as_one(redis_url, make_node, mock, tmp_path):
     """--processes 2: two workers really answer (two pids), and every scrape of /metrics,
-    whichever worker takes it, shows the sum over both (prometheus multiprocess mode in a
+    whichever worker takes it, shows the sum over both once each has published (within a second) (prometheus multiprocess mode in a
     temporary directory that is gone after shutdown)."""
     make_node()
     key, _, _ = seed(redis_url, balance="100000")
@@ -336,6 +336,11 @@ def test_two_worker_processes_serve_and_scrape_as_one(redis_url, make_node, mock
         for _ in range(n):  # a new client each time: new connections, spread over both workers
             with openai.OpenAI(base_url=base, api_key=key, max_retries=0) as c:
                 assert c.chat.completions.create(model="mock/chat-1", messages=HELLO).choices
+        # each worker hands its tallies to the shared files once a second (upgate/metrics.py)
+        deadline = time.time() + 5
+        while sample(scrape(url, {"Connection": "close"}), "upgate_holds_total", outcome="settled") != n:
+            assert time.time() < deadline, "the workers' counts never reached the shared files"
+            time.sleep(0.2)
         seen = set()
         for _ in range(12):
             m = scrape(url, {"Connection": "close"})

@@ -210,8 +210,8 @@ def test_a_reaped_request_leaves_a_record_that_a_late_settle_replaces(redis_url)
         assert r1["hold_toman"] == "1.000000" and r1["stream"] is True and r1["model"] == "acme/chat-1"
         assert records.find(sync, "req_reaped1")["code"] == "reaped"
         # the node was only stalled: its settlement arrives and replaces the reaper's record
-        rec = {"request_id": "req_reaped1", "key_id": KEY, "model": "acme/chat-1", "status": 200,
-               "hold_micro": TOMAN, "cost_micro": 777}
+        rec = records.new(request_id="req_reaped1", key_id=KEY, model="acme/chat-1", status=200,
+                          hold_micro=TOMAN, cost_micro=777)
         assert await L.settle(ACCT, adm.hold_id, key_id=KEY, model="acme/chat-1", cost_micro=777,
                               prompt_tokens=1, completion_tokens=1, record=rec)
         assert not await L.release(ACCT, other.hold_id, record={**rec, "request_id": "req_reaped2",

@@ -61,6 +61,8 @@ class Context:
             asyncio.create_task(self.catalog.poll(30.0), name="upgate-catalog-poll"),
             asyncio.create_task(self._sweep(), name="upgate-sweeper"),
         ]
+        if self.metrics is not None:
+            self._tasks.append(asyncio.create_task(self.metrics.run_flusher(), name="upgate-metrics"))
         if self.settings.webhooks_on:
             from upgate.webhooks.delivery import Delivery
 

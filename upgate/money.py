@@ -43,10 +43,12 @@ def check_range(micro: int) -> int:
 
 
 def fmt(micro: int) -> str:
-    """micro-toman int → "123.450000" (the spec's six-fractional-digit string)."""
-    sign = "-" if micro < 0 else ""
-    whole, frac = divmod(abs(int(micro)), MICRO)
-    return f"{sign}{whole}.{frac:06d}"
+    """micro-toman int → "123.450000" (the spec's six-fractional-digit string). (Twice per
+    request, for the access log: %-formatting of divmod's pair is the cheapest way.)"""
+    micro = int(micro)
+    if micro < 0:
+        return "-%d.%06d" % divmod(-micro, MICRO)
+    return "%d.%06d" % divmod(micro, MICRO)
 
 
 def to_decimal(micro: int) -> Decimal:

@@ -30,6 +30,21 @@ MAX_LIMIT = 1000
 DAY_MS = 86_400_000  # the request index has one hash per UTC day (lua/_lib.lua keep_record)
 
 
+# the handler's form (upgate/handlers/proxy.py builds it): amounts in micro-toman
+_BLANK = {"request_id": None, "account_id": None, "key_id": None, "key_prefix": None, "model": None,
+          "answered_model": None, "provider": None, "stream": False, "status": None, "code": None,
+          "prompt_tokens": 0, "completion_tokens": 0, "cached_tokens": 0, "hold_micro": 0,
+          "cost_micro": 0, "ttfb_ms": None, "duration_ms": None}
+
+
+def new(**fields) -> dict:
+    """A record in the handler's form with every field: those given, the rest empty."""
+    unknown = set(fields) - set(_BLANK)
+    if unknown:
+        raise TypeError(f"not request record fields: {sorted(unknown)}")
+    return {**_BLANK, **fields}
+
+
 class UnknownRequest(AccountError):
     """No record of this request is kept (never made, or older than the retention)."""
 
@@ -40,14 +55,13 @@ class InvalidLimit(AccountError):
 
 def encode(record: dict, now_ms: int) -> str:
     """The handler's record (amounts in micro-toman as `hold_micro`/`cost_micro`) → the stored
-    compact array, with the time `now_ms`."""
+    compact array, with the time `now_ms`. (Per request, on the hot path: plain indexing.)"""
     r = record
     return orjson.dumps([
-        r["request_id"], int(now_ms), r.get("key_id"), r.get("key_prefix"), r.get("model"),
-        r.get("answered_model"), r.get("provider"), 1 if r.get("stream") else 0, r.get("status"),
-        r.get("code"), int(r.get("prompt_tokens") or 0), int(r.get("completion_tokens") or 0),
-        int(r.get("cached_tokens") or 0), int(r.get("hold_micro") or 0), int(r.get("cost_micro") or 0),
-        r.get("ttfb_ms"), r.get("duration_ms")]).decode()
+        r["request_id"], int(now_ms), r["key_id"], r["key_prefix"], r["model"], r["answered_model"],
+        r["provider"], 1 if r["stream"] else 0, r["status"], r["code"], r["prompt_tokens"],
+        r["completion_tokens"], r["cached_tokens"], r["hold_micro"], r["cost_micro"], r["ttfb_ms"],
+        r["duration_ms"]]).decode()
 
 
 def decode(account_id: str, raw) -> dict:
@@ -58,14 +72,6 @@ def decode(account_id: str, raw) -> dict:
     values["hold_toman"] = money.fmt(values["hold_toman"])
     values["cost_toman"] = money.fmt(values["cost_toman"])
     return {k: values.get(k) for k in PUBLIC}
-
-
-def log_fields(record: dict) -> dict:
-    """The record's fields for the JSON access log line (same names, amounts as strings)."""
-    out = {k: record.get(k) for k in PUBLIC if k not in ("time", "hold_toman", "cost_toman")}
-    out["hold_toman"] = money.fmt(int(record.get("hold_micro") or 0))
-    out["cost_toman"] = money.fmt(int(record.get("cost_micro") or 0))
-    return out
 
 
 def list_requests(client, account_id: str, limit: int = 50) -> list[dict]:

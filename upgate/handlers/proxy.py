@@ -169,7 +169,7 @@ class ProxyHandler(BaseHandler):
 
     async def _forward(self, req, models) -> None:
         ctx = self.ctx
-        last = GatewayError("upstream_unavailable")
+        last = None  # the last candidate's failure (none tried: upstream_unavailable)
         strikes: list[str] = []  # models the provider rate-limited: one cool-down strike each
         for model in models:
             if self._aborted or self._gone:  # shutdown or the client left: no next candidate
@@ -192,6 +192,8 @@ class ProxyHandler(BaseHandler):
             for m in strikes:
                 await self._strike(m)
             return
+        if last is None:
+            last = GatewayError("upstream_unavailable")
         # every candidate failed before the client saw any content: nothing is charged, and a
         # `:free` request the provider never served goes back to the quota
         final = strikes.pop() if strikes else None
