@@ -99,9 +99,9 @@ end
 -- caller checks rec[1] == 'open' to know whether anything changed. A caller that read them
 -- already (read_hold) passes them as `rec`, and may pass `key_live` (does the hold's key record
 -- still exist?) when it knows: each redis.call costs about as much as a small command.
-local HOLD_FIELDS = {'state', 'amount', 'key', 'free', 'stream', 'month', 'day', 'rid', 'model', 'record'}
 local function read_hold(hold_key)
-  return rcall('HMGET', hold_key, unpack(HOLD_FIELDS))
+  return rcall('HMGET', hold_key, 'state', 'amount', 'key', 'free', 'stream', 'month', 'day', 'rid', 'model',
+               'record')
 end
 
 local function close_hold(wallet, hold_key, holds, streams, hold_id, key_prefix, free_prefix,

@@ -18,15 +18,20 @@ def tag(account_id: str) -> str:
     return "{a:" + account_id + "}"
 
 
+# what follows an account's tag in each of its keys (the functions below and hot_keys use them)
+WALLET, KEY, RPM, STREAMS, HOLDS, HOLD = ":wallet", ":key:", ":rpm:", ":streams", ":holds", ":hold:"
+FREE, USAGE, REQS, OUTBOX, OUTBOX_STATE = ":free:", ":usage:", ":reqs", ":outbox", ":outbox:state"
+
+
 def wallet(account_id: str) -> str:
     """Hash: phone, balance, held, credited, charged (micro-toman), suspended (0/1), free_quota,
     created_at."""
-    return tag(account_id) + ":wallet"
+    return tag(account_id) + WALLET
 
 
 def key_record(account_id: str, key_id: str) -> str:
     """Hash: settings, `held` (micro-toman of this key's open holds), `spent:<month>`."""
-    return tag(account_id) + ":key:" + key_id
+    return tag(account_id) + KEY + key_id
 
 
 def account_keys(account_id: str) -> str:
@@ -36,32 +41,32 @@ def account_keys(account_id: str) -> str:
 
 def rpm(account_id: str, key_id: str) -> str:
     """Sorted set: one member per counted request, scored by its time in ms (sliding window)."""
-    return tag(account_id) + ":rpm:" + key_id
+    return tag(account_id) + RPM + key_id
 
 
 def streams(account_id: str) -> str:
     """Sorted set: open stream slots (hold ids) scored by lease deadline in ms."""
-    return tag(account_id) + ":streams"
+    return tag(account_id) + STREAMS
 
 
 def holds(account_id: str) -> str:
     """Sorted set: open hold ids scored by lease deadline in ms (what the reaper scans)."""
-    return tag(account_id) + ":holds"
+    return tag(account_id) + HOLDS
 
 
 def hold(account_id: str, hold_id: str) -> str:
     """Hash: one in-flight request: key id, amount, free flag, stream flag, month, day, state."""
-    return tag(account_id) + ":hold:" + hold_id
+    return tag(account_id) + HOLD + hold_id
 
 
 def free(account_id: str, day: str) -> str:
     """Counter of `:free` requests on one Tehran day; expires after the day."""
-    return tag(account_id) + ":free:" + day
+    return tag(account_id) + FREE + day
 
 
 def usage(account_id: str, day: str) -> str:
     """Hash of settled aggregates for one Tehran day: `<dim>|<name>|<metric>` → integer."""
-    return tag(account_id) + ":usage:" + day
+    return tag(account_id) + USAGE + day
 
 
 def transactions(account_id: str) -> str:
@@ -77,7 +82,7 @@ def refs(account_id: str) -> str:
 
 def requests(account_id: str) -> str:
     """Sorted set: the account's request records (compact JSON, no content) scored by time, ms."""
-    return tag(account_id) + ":reqs"
+    return tag(account_id) + REQS
 
 
 def keyhash(digest: str) -> str:
@@ -177,13 +182,13 @@ def key_owner(key_id: str) -> str:
 
 def outbox(account_id: str) -> str:
     """List of the account's undelivered events, oldest first ("<event id> <json>" each)."""
-    return tag(account_id) + ":outbox"
+    return tag(account_id) + OUTBOX
 
 
 def outbox_state(account_id: str) -> str:
     """Hash: `seq` (events ever emitted), and while the oldest event is out for delivery
     `sent` (its id), `at` (ms it was taken) and `entry` (its stream entry id)."""
-    return tag(account_id) + ":outbox:state"
+    return tag(account_id) + OUTBOX_STATE
 
 
 OUTBOX_INDEX = "webhooks:outbox"  # zset: accounts with an event to move, scored by when (ms)
@@ -206,6 +211,23 @@ def outbox_keys(account_id: str, sharded: bool = False) -> tuple[str, str, str]:
     """The KEYS every script that emits or moves an account's events takes: outbox, its state,
     the index (see lua/_lib.lua emit_event)."""
     return outbox(account_id), outbox_state(account_id), outbox_index(account_id, sharded)
+
+
+def hot_keys(account_id: str, sharded: bool = False) -> tuple:
+    """The names admit, settle and release need for one account, built in one call (the hot
+    path: each function above is one or two Python calls, and a request needs about twenty):
+    (wallet, streams, holds, reqs, outbox, outbox state, reap index, outbox index, request
+    index prefix, then the prefixes to which a key id, hold id, Tehran day or day are appended:
+    key record, rpm window, hold, free counter, usage). Equal to the functions' (tested)."""
+    t = "{a:" + account_id + "}"
+    if sharded:
+        tags = _slot_tags()[slot(account_id)]
+        reap, out, req = (REAP_SHARD[0] + tags + REAP_SHARD[1], OUTBOX_SHARD[0] + tags + OUTBOX_SHARD[1],
+                          REQ_SHARD[0] + tags + REQ_SHARD[1])
+    else:
+        reap, out, req = REAP_INDEX, OUTBOX_INDEX, REQ_INDEX
+    return (t + WALLET, t + STREAMS, t + HOLDS, t + REQS, t + OUTBOX, t + OUTBOX_STATE, reap, out, req,
+            t + KEY, t + RPM, t + HOLD, t + FREE, t + USAGE)
 
 
 WEBHOOK_STREAM = "{webhooks}:stream"  # the one stream every node's consumer reads

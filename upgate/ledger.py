@@ -187,11 +187,9 @@ class Ledger:
         ts = self.now() if now_ms is None else now_ms / 1000
         day, month = self._calendar(ts)
         hold_id = secrets.token_hex(8)
-        t = keyspace.tag(account_id)
-        keys = (t + ":wallet", keyspace.key_record(account_id, key_id), keyspace.rpm(account_id, key_id),
-                keyspace.streams(account_id), keyspace.holds(account_id), keyspace.hold(account_id, hold_id),
-                keyspace.free(account_id, day), keyspace.reap_index(account_id, self.sharded),
-                *keyspace.outbox_keys(account_id, self.sharded))
+        n = keyspace.hot_keys(account_id, self.sharded)
+        keys = (n[0], n[9] + key_id, n[10] + key_id, n[1], n[2], n[11] + hold_id, n[12] + day, n[6], n[4],
+                n[5], n[7])
         args = (hold_id, hold_micro, 1 if stream else 0, 1 if free else 0, month, day, self.lease_ms,
                 self.settings.max_streams, self.settings.free_quota_default, FREE_TTL_MS, account_id,
                 key_id, now_ms or 0, request_id or "", model)
@@ -250,15 +248,14 @@ class Ledger:
                 continue  # still unreachable: look again later
 
     # ---- settle / release
-    def _finish_keys(self, account_id: str, hold_id: str) -> tuple:
-        t = keyspace.tag(account_id)
-        return (t + ":wallet", keyspace.hold(account_id, hold_id), keyspace.holds(account_id),
-                keyspace.streams(account_id), keyspace.requests(account_id))
-
-    def _record_args(self, account_id: str, record: dict | None, now_ms: int | None = None) -> tuple:
-        """settle.lua's / release.lua's record arguments (see keep_record in lua/_lib.lua)."""
+    def _record_args(self, account_id: str, record: dict | None, now_ms: int | None = None,
+                     prefix: str | None = None) -> tuple:
+        """settle.lua's / release.lua's record arguments (see keep_record in lua/_lib.lua).
+        `prefix`: the request index prefix, when the caller has it (keyspace.hot_keys)."""
         s = self.settings
-        keep_ms, prefix = s.request_log_days * 86_400_000, keyspace.request_index_prefix(account_id, self.sharded)
+        keep_ms = s.request_log_days * 86_400_000
+        if prefix is None:
+            prefix = keyspace.request_index_prefix(account_id, self.sharded)
         if not record:
             return ("", "", account_id, prefix, 0, keep_ms, s.request_log_max)
         now_ms = int(now_ms or self.now() * 1000)
@@ -277,9 +274,10 @@ class Ledger:
             raise ValueError("cost and token counts must not be negative")
         money.check_range(cost_micro)
         cached_tokens = max(0, min(int(cached_tokens), prompt_tokens))
-        rec = self._record_args(account_id, record)
+        names = keyspace.hot_keys(account_id, self.sharded)
+        rec = self._record_args(account_id, record, prefix=names[8])
         calls = [self._settle_call(account_id, hold_id, model, cost_micro, prompt_tokens, completion_tokens,
-                                   cached_tokens, rec)]
+                                   cached_tokens, rec, names)]
         if cooldown_reset and self._strikes.get(cooldown_reset):
             calls.append(self._cooldown_call("reset", cooldown_reset))
         for attempt in range(SETTLE_RETRIES):
@@ -313,11 +311,11 @@ class Ledger:
         return int(results[0][0]) > 0
 
     def _settle_call(self, account_id, hold_id, model, cost_micro, prompt_tokens, completion_tokens,
-                     cached_tokens=0, rec=None):
-        return (self._settle, (*self._finish_keys(account_id, hold_id), *keyspace.outbox_keys(account_id, self.sharded)),
-                (hold_id, cost_micro, prompt_tokens, completion_tokens, model,
-                 keyspace.key_record(account_id, ""), keyspace.usage(account_id, ""), USAGE_TTL_MS,
-                 cached_tokens, *(rec or self._record_args(account_id, None))))
+                     cached_tokens=0, rec=None, names=None):
+        n = names or keyspace.hot_keys(account_id, self.sharded)
+        return (self._settle, (n[0], n[11] + hold_id, n[2], n[1], n[3], n[4], n[5], n[7]),
+                (hold_id, cost_micro, prompt_tokens, completion_tokens, model, n[9], n[13], USAGE_TTL_MS,
+                 cached_tokens, *(rec or self._record_args(account_id, None, prefix=n[8]))))
 
     async def release(self, account_id: str, hold_id: str, *, credit_free: bool = False,
                       strike: str | None = None, record: dict | None = None) -> bool:
@@ -341,9 +339,10 @@ class Ledger:
         return int(results[0][0]) > 0
 
     def _release_call(self, account_id: str, hold_id: str, credit_free: bool, record: dict | None = None):
-        return (self._release, self._finish_keys(account_id, hold_id),
-                (hold_id, 1 if credit_free else 0, keyspace.key_record(account_id, ""),
-                 keyspace.free(account_id, ""), *self._record_args(account_id, record)))
+        n = keyspace.hot_keys(account_id, self.sharded)
+        return (self._release, (n[0], n[11] + hold_id, n[2], n[1], n[3]),
+                (hold_id, 1 if credit_free else 0, n[9], n[12],
+                 *self._record_args(account_id, record, prefix=n[8])))
 
     async def _run(self, calls: list) -> list:
         """Run script calls: one alone is one EVALSHA; several go in one round trip (a pipeline;
