@@ -1,7 +1,8 @@
 """`python -m bench [--quick]`: measure one gateway process against the mock provider and
 write BENCHMARKS.md at the repo root. `python -m bench --profile` runs the saturation
 phase under py-spy instead and writes bench/PROFILE.md. `python -m bench --ab REV` runs
-git revision REV and the working tree alternately and compares them.
+git revision REV and the working tree side by side and compares them; with
+`--instructions`, by instructions counted under valgrind.
 """
 from __future__ import annotations
 
@@ -22,6 +23,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="profile the saturation phase with py-spy → bench/PROFILE.md")
     ap.add_argument("--ab", metavar="REV",
                     help="compare git revision REV with the working tree, run alternately")
+    ap.add_argument("--instructions", action="store_true",
+                    help="with --ab: count instructions per request under valgrind instead of timing")
     ap.add_argument("--rounds", type=int, default=10, help="alternations of --ab (default 10, at least 6)")
     ap.add_argument("--no-pin", action="store_true", help="do not pin processes to CPUs")
     ap.add_argument("--accounts", type=int, default=400,
@@ -36,6 +39,10 @@ def main(argv: list[str] | None = None) -> int:
     signal.alarm(limit_s)  # a hard bound on the whole run; the stack is torn down on the way out
     try:
         if args.ab:
+            if args.instructions:
+                from bench import instructions
+
+                return instructions.run(args.ab)
             from bench import ab
 
             return ab.run(args.ab, args.rounds, pin=not args.no_pin, accounts=args.accounts)

@@ -16,6 +16,7 @@ import contextlib
 import os
 import statistics
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -35,16 +36,17 @@ FIGURES = (("c1_p50_ms", "c1 p50 ms", False), ("c1_us", "c1 CPU µs/req", False)
 
 def run(rev: str, rounds: int, pin: bool, accounts: int) -> int:
     rounds = max(rounds, 6)  # fewer alternations than this cannot average the weather out
-    with tempfile.TemporaryDirectory(prefix="upgate-ab-") as tmp, contextlib.ExitStack() as stacks:
-        tree = Path(tmp) / "rev"
-        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "-q", str(tree), rev], check=True)
-        stacks.callback(subprocess.run, ["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)],
-                        check=False)
-        sides = {rev: str(tree), "working tree": None}
+    with checkout(rev) as tree, contextlib.ExitStack() as stacks:
+        sides = {rev: tree, "working tree": None}
         # both built before either starts: a started stack pins this process to the other CPUs,
         # and a stack built then would see one CPU and pin nothing
         built = {name: Stack(accounts=accounts, pin=pin) for name in sides}
-        benches = {name: _start(stacks, built[name], path) for name, path in sides.items()}
+        benches = {}
+        for name, path in sides.items():
+            with in_tree(path):
+                stacks.enter_context(built[name])
+            b = benches[name] = Bench(built[name], Plan.quick())
+            b.run(lg.sequential(HOST, b.s.gateway_port, b.json_gw, len(b.json_gw)))  # every key warm
         rows: dict[str, list[dict]] = {name: [] for name in sides}
         for n in range(rounds):
             # ABBA: within a round, the side that always ran second would get the later machine
@@ -54,7 +56,7 @@ def run(rev: str, rounds: int, pin: bool, accounts: int) -> int:
                 print(f"round {n + 1:>2} {name:>14}: " + _fmt(row), flush=True)
         print("\nmedians")
         for name, rs in rows.items():
-            print(f"{name:>14}: " + _fmt({k: statistics.median(r[k] for r in rs) for k, _, _ in FIGURES}))
+            print(f"{name:>14}: " + _fmt({k: statistics.median(r[k] for r in rs) for k in rs[0]}))
         old, new = rows[rev], rows["working tree"]
         print(f"\nworking tree / {rev}, median of the {rounds} per-round ratios (range):")
         for k, label, higher in FIGURES:
@@ -65,10 +67,26 @@ def run(rev: str, rounds: int, pin: bool, accounts: int) -> int:
     return 0
 
 
-def _start(stacks: contextlib.ExitStack, stack: Stack, tree: str | None) -> Bench:
-    # The stack's children run `python -m upgate.cli`, which puts their working directory
-    # first on sys.path (ahead of PYTHONPATH and of the editable install): that decides
-    # whose code they run.
+@contextlib.contextmanager
+def checkout(rev: str):
+    """REV in a temporary git worktree (its path), removed afterwards."""
+    if any("__editable__" in type(f).__name__ or "__editable__" in str(f) for f in sys.meta_path):
+        print("warning: upgate is installed in editable mode: REV's processes would load the lua/ "
+              "scripts of the editable checkout (pip uninstall upgate first)", file=sys.stderr)
+    with tempfile.TemporaryDirectory(prefix="upgate-ab-") as tmp:
+        tree = Path(tmp) / "rev"
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "-q", str(tree), rev], check=True)
+        try:
+            yield str(tree)
+        finally:
+            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)], check=False)
+
+
+@contextlib.contextmanager
+def in_tree(tree: str | None):
+    """Processes started inside run `tree`'s code (None: the working tree's). The stack's
+    children run `python -m upgate.cli`, which puts their working directory first on sys.path
+    (ahead of PYTHONPATH and of an installed upgate): that decides whose code they run."""
     saved, cwd = os.environ.get("PYTHONPATH"), os.getcwd()
     os.chdir(tree or ROOT)
     if tree:
@@ -76,16 +94,13 @@ def _start(stacks: contextlib.ExitStack, stack: Stack, tree: str | None) -> Benc
     else:
         os.environ.pop("PYTHONPATH", None)
     try:
-        stacks.enter_context(stack)
+        yield
     finally:
         os.chdir(cwd)
         if saved is None:
             os.environ.pop("PYTHONPATH", None)
         else:
             os.environ["PYTHONPATH"] = saved
-    b = Bench(stack, Plan.quick())
-    b.run(lg.sequential(HOST, stack.gateway_port, b.json_gw, len(b.json_gw)))  # every key warm
-    return b
 
 
 def _measure(b: Bench) -> dict:

@@ -116,6 +116,9 @@ class Stack:
     gateway_port: int = 0
     keys: list[Account] = field(default_factory=list)
     placement: str = "not pinned"
+    # a command to run a process under, by name ("gateway", "redis"): e.g. valgrind
+    # (bench/instructions.py); such a process gets minutes, not seconds, to start
+    wrap: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="upgate-bench-"))
@@ -170,6 +173,7 @@ class Stack:
             proc.wait(5)
 
     def _spawn(self, name: str, args: list[str], cpus, env: dict | None = None) -> subprocess.Popen:
+        args = [*self.wrap.get(name, ()), *args]
         out = open(self.dir / f"{name}.out", "wb")
         err = open(self.dir / f"{name}.err", "wb")
         proc = subprocess.Popen(args, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
@@ -198,9 +202,9 @@ class Stack:
         proc = self._spawn("redis", [exe, "--port", str(self.redis_port), "--bind", "127.0.0.1",
                                      "--save", "", "--appendonly", "no", "--dir", str(self.dir)],
                            self.other_cpus)
-        wait_port(self.redis_port, proc)
+        wait_port(self.redis_port, proc, 120 if "redis" in self.wrap else 20)
         self.redis = self.redis_client()
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + (120 if "redis" in self.wrap else 10)
         while True:
             try:
                 self.redis.ping()
@@ -234,8 +238,9 @@ class Stack:
         args = [sys.executable, "-m", "upgate.cli", "serve", "--port", str(self.gateway_port)]
         proc = self._spawn("gateway", args, self.gateway_cpus, env)
         try:
-            wait_port(self.gateway_port, proc, timeout=30)
-            self._wait_healthy()
+            slow = "gateway" in self.wrap
+            wait_port(self.gateway_port, proc, timeout=600 if slow else 30)
+            self._wait_healthy(600 if slow else 20)
         except Exception as e:
             raise RuntimeError(f"the gateway did not start: {e}\n{self.tail('gateway')}") from None
 
