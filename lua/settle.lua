@@ -87,9 +87,11 @@ end
 low_balance_check(wallet, outbox, outbox_state, outbox_index, account_id, now, false,
                   {balance, w[1], w[3], w[4]})
 
--- the day's aggregates for the usage report: `<dimension>|<name>|<metric>`
+-- the day's aggregates for the usage report: `<dimension>|<name>|<metric>`. A day's totals are
+-- the sum over its models (every settlement has one): no `total|*` fields, four commands fewer
+-- (hashes written before have them too, and readers ignore them; upgate/usage.py)
 local usage = usage_prefix .. day
-for _, dim in ipairs({'key|' .. key_id, 'model|' .. model, 'total|*'}) do
+for _, dim in ipairs({'key|' .. key_id, 'model|' .. model}) do
   rcall('HINCRBY', usage, dim .. '|requests', 1)
   rcall('HINCRBY', usage, dim .. '|prompt_tokens', prompt)
   rcall('HINCRBY', usage, dim .. '|completion_tokens', completion)

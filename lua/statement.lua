@@ -27,8 +27,20 @@ end
 local w = rcall('HMGET', wallet, 'balance', 'credited', 'charged')
 local days = {}
 for i = 2, #ARGV do
-  local d = rcall('HMGET', usage_prefix .. ARGV[i], 'total|*|cost', 'total|*|requests')
-  days[#days + 1] = d[1] or ''
-  days[#days + 1] = d[2] or ''
+  -- the day's totals: the sum over its `model|<id>|cost` / `|requests` fields (settle.lua)
+  local d = rcall('HGETALL', usage_prefix .. ARGV[i])
+  local cost, requests = nil, nil
+  for j = 1, #d, 2 do
+    local f = d[j]
+    if string.sub(f, 1, 6) == 'model|' then
+      if string.sub(f, -5) == '|cost' then
+        cost = (cost or 0) + tonumber(d[j + 1])
+      elseif string.sub(f, -9) == '|requests' then
+        requests = (requests or 0) + tonumber(d[j + 1])
+      end
+    end
+  end
+  days[#days + 1] = cost and string.format('%d', cost) or ''
+  days[#days + 1] = requests and string.format('%d', requests) or ''
 end
 return {1, w[1] or '0', w[2] or '', w[3] or '', rcall('LRANGE', txns, 0, -1), days}

@@ -65,7 +65,9 @@ def spent(r, account_id: str, key_id: str) -> int:
 
 def usage_cost(r, account_id: str) -> int:
     """Σ cost of every settlement today (settle.lua's own aggregate)."""
-    return int(r.hget(keyspace.usage(account_id, jalali.day_key()), "total|*|cost") or 0)
+    from upgate import usage
+
+    return usage.totals(r.hgetall(keyspace.usage(account_id, jalali.day_key())))["cost"]
 
 
 def snapshot(r, account_id: str, key_id: str) -> dict:

@@ -18,7 +18,7 @@ from math import ceil
 from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
 
 from tests.ledger_kit import TOMAN, h, i, run, seed_account, seed_key
-from upgate import jalali, keyspace, sizing
+from upgate import jalali, keyspace, sizing, usage
 from upgate.catalog import Model
 
 # prices in micro-toman per million tokens (the catalog's resolution: six fractional digits)
@@ -70,7 +70,7 @@ def test_cached_tokens_conserve_money(redis_url, r, prices, requests):
     w = h(r, keyspace.wallet(acct))
     assert i(w["balance"]) == initial - sum(charges) and i(w["held"]) == 0
     day = h(r, keyspace.usage(acct, jalali.day_key(time.time())))
-    for dim in ("total|*", "key|k1", "model|m/a"):
+    for dim in ("key|k1", "model|m/a"):
         assert i(day.get(f"{dim}|cost")) == sum(charges)
         assert i(day.get(f"{dim}|prompt_tokens")) == sum(p for p, _, _, _ in requests)
         assert i(day.get(f"{dim}|cached_tokens")) == sum(min(c, p) for p, c, _, _ in requests)
@@ -103,6 +103,6 @@ def test_a_journaled_settlement_keeps_its_cached_tokens(redis_url, r, tmp_path):
         return await L.replay_journal()
 
     assert run(redis_url, body, sets) == 1
-    day = h(r, keyspace.usage(acct, jalali.day_key(time.time())))
-    assert i(day["total|*|cached_tokens"]) == 64 and i(day["total|*|cost"]) == 700_000
+    day = usage.totals(h(r, keyspace.usage(acct, jalali.day_key(time.time()))))
+    assert day["cached_tokens"] == 64 and day["cost"] == 700_000
     assert i(h(r, keyspace.wallet(acct))["balance"]) == 100 * TOMAN - 700_000

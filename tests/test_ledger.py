@@ -10,7 +10,7 @@ import pytest
 from tests import ledger_kit as kit
 from tests.ledger_kit import (ACCT, KEY, T0, TOMAN, h, i, outcome, run, seed_account, seed_key, settings,
                               tehran_ts)
-from upgate import jalali, keyspace
+from upgate import jalali, keyspace, usage
 from upgate.ledger import Admission, RateInfo, Rejected
 
 ALT = {"alternative_model": "acme/chat-1", "alternative_model_price_toman_per_million": "60000.000000"}
@@ -349,7 +349,7 @@ def test_settle_charges_the_month_of_the_hold(redis_url, r):
     run(redis_url, body, clock=lambda: clock_now[0])
     rec = h(r, keyspace.key_record(ACCT, KEY))
     assert rec["spent:1405-06"] == str(3 * TOMAN) and "spent:1405-07" not in rec
-    assert i(h(r, keyspace.usage(ACCT, "1405-06-31")).get("total|*|cost")) == 3 * TOMAN
+    assert usage.totals(h(r, keyspace.usage(ACCT, "1405-06-31")))["cost"] == 3 * TOMAN
 
 
 def test_calendar_keys_change_exactly_at_tehran_midnight(redis_url, r):
@@ -452,12 +452,14 @@ def test_settle_charges_releases_the_rest_and_aggregates_usage(redis_url, r):
     assert (k["held"], k[f"spent:{month}"]) == ("0", "1234567")
     assert r.zcard(keyspace.streams(ACCT)) == 0 and r.zcard(keyspace.holds(ACCT)) == 0
     assert not r.keys(keyspace.tag(ACCT) + ":hold:*")
-    usage = h(r, keyspace.usage(ACCT, day))
-    for dim in (f"key|{KEY}", "model|acme/chat-1", "total|*"):
-        assert usage[f"{dim}|requests"] == "1"
-        assert usage[f"{dim}|prompt_tokens"] == "100"
-        assert usage[f"{dim}|completion_tokens"] == "50"
-        assert usage[f"{dim}|cost"] == "1234567"
+    day_hash = h(r, keyspace.usage(ACCT, day))
+    for dim in (f"key|{KEY}", "model|acme/chat-1"):
+        assert day_hash[f"{dim}|requests"] == "1"
+        assert day_hash[f"{dim}|prompt_tokens"] == "100"
+        assert day_hash[f"{dim}|completion_tokens"] == "50"
+        assert day_hash[f"{dim}|cost"] == "1234567"
+    assert not [f for f in day_hash if f.startswith("total|")]  # the sum over models (usage.py)
+    assert usage.totals(day_hash)["cost"] == 1234567
     assert r.pttl(keyspace.usage(ACCT, day)) > 300 * 86_400_000
 
 
