@@ -10,7 +10,7 @@ import pytest
 
 from tests.ledger_kit import ACCT, KEY, T0, TOMAN, h, i, run, seed_account, seed_key, settings
 from tests.procs import free_port
-from upgate import keyspace, ledger as ledger_mod, store
+from upgate import keyspace, ledger as ledger_mod, reaper, store
 from upgate.ledger import Ledger
 
 
@@ -281,7 +281,7 @@ def test_replay_of_a_hold_the_store_forgot_is_reported_not_counted(redis_url, r,
         applied = orjson.dumps({"a": ACCT, "h": a.hold_id, "k": KEY, "m": "acme/chat-1", "c": 300_000,
                                 "p": 3, "q": 4, "t": 0}) + b"\n"
         applied = applied.replace(b'"t":0', b'"t":%d' % int(time.time()))
-        old = int(time.time() - ledger_mod.REAPED_KEEP_MS / 1000 - 60)
+        old = int(time.time() - reaper.REAPED_KEEP_MS / 1000 - 60)
         lost = orjson.dumps({"a": ACCT, "h": "0123456789abcdef", "k": KEY, "m": "m/x", "c": 777_000,
                              "p": 1, "q": 2, "t": old}) + b"\n"
         (tmp_path / "settle.journal").write_bytes(applied + lost)

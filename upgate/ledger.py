@@ -15,59 +15,29 @@ the account's hash tag) and fakeredis' async client.
 from __future__ import annotations
 
 import asyncio
-import glob
 import logging
 import math
-import os
 import secrets
 import time
 from dataclasses import dataclass
 
-import orjson
 import redis.asyncio as aioredis
 import redis.exceptions as rexc
 
 from upgate import jalali, keyspace, money, records, store
-from upgate.background import stop_if_cancelled
+from upgate.cooldowns import Cooldowns
 from upgate.errors import GatewayError
+from upgate.journal import Journal
+from upgate.reaper import Reaper
+from upgate.store_errors import STORE_ERRORS, store_unavailable  # noqa: F401  (imported from here)
 
 log = logging.getLogger("upgate.ledger")
 
 FREE_TTL_MS = 2 * 86_400_000  # a day's free counter outlives its day (credit-back of late releases)
-REAPED_KEEP_MS = 7 * 86_400_000  # a reaped hold's record: a late settle can still charge it
 USAGE_TTL_MS = 400 * 86_400_000  # daily usage aggregates: reports span at most 366 days
-STRIKE_MEMORY_MS = 600_000  # a run of strikes is forgotten after 10 quiet minutes
-REAP_BATCH = 500  # holds per reap.lua call
-REAP_PARALLEL = 32  # reap.lua calls in flight at once
 SETTLE_RETRIES = 3  # attempts before a settlement goes to the journal
 SETTLE_BACKOFF_S = (0.05, 0.2, 0.5)
-SHARD_CHUNK = 2048  # reaper index shards read per pipeline on a cluster
 UNDO_AFTER_S = (1.0, 4.0, 10.0, 20.0)  # when a lost admission's hold is looked for (see _undo)
-
-_STORE_DOWN = (rexc.ConnectionError, rexc.TimeoutError, rexc.ClusterDownError, OSError)
-# Error replies that mean "the store takes no writes right now", not "this call is wrong": out
-# of memory, a read-only replica (failover), a failed RDB save, a busy script, loading, a cluster
-# resharding or without a master. Redis refuses a script at its first write, so nothing applied.
-_REFUSING = frozenset(("OOM", "READONLY", "MISCONF", "BUSY", "LOADING", "TRYAGAIN", "CLUSTERDOWN",
-                       "MASTERDOWN", "NOREPLICAS"))
-
-
-# What a store call may raise: redis-py's errors, its RedisClusterException (not a RedisError:
-# the whole cluster unreachable, among others) and the OS's. Catch these, then ask store_unavailable.
-STORE_ERRORS = (rexc.RedisError, rexc.RedisClusterException, OSError)
-
-
-def store_unavailable(exc: BaseException) -> bool:
-    """True when `exc` means the store is unreachable or refusing writes for now (503, journal,
-    retry later), False for an error that retrying would only repeat. A Redis Cluster counts as
-    unreachable when no node answers (RedisClusterException) or when commands keep bouncing
-    between nodes (ClusterError: a resharding or failover in progress)."""
-    if isinstance(exc, (*_STORE_DOWN, rexc.OutOfMemoryError, rexc.ReadOnlyError, rexc.TryAgainError,
-                        rexc.ClusterError)):
-        return True
-    if store.cluster_unreachable(exc):
-        return True
-    return isinstance(exc, rexc.ResponseError) and str(exc).split(" ", 1)[0] in _REFUSING
 
 # admit.lua's return codes → the spec's error codes (code 0 = admitted)
 _ADMIT_CODES = {
@@ -123,7 +93,7 @@ def _ceil_s(ms: int) -> int:
     return -(-int(ms) // 1000)
 
 
-class Ledger:
+class Ledger(Reaper, Journal, Cooldowns):
     def __init__(self, client, settings, *, clock=None, follow_store_clock: bool | None = None):
         """client: a redis.asyncio client (single, cluster or fakeredis); settings: Settings.
         clock: () → Unix seconds, for the Jalali month and Tehran day keys (tests inject it).
@@ -389,308 +359,9 @@ class Ledger:
                         "(reaped after a stall longer than the lease?)", hold_id, account_id)
         return lost
 
-    async def reap(self, now_ms: int | None = None) -> int:
-        """Release every expired hold and stream slot of every account, charging nothing; returns
-        how many holds were released. Safe to run at the same time on every node."""
-        scan_ms = now_ms if now_ms is not None else int(self.clock() * 1000)
-        due = await self._due_accounts(scan_ms)
-        total = 0
-        for start in range(0, len(due), REAP_PARALLEL):
-            counts = await asyncio.gather(*(self._reap_account(account_id, index, now_ms or 0)
-                                            for account_id, index in due[start:start + REAP_PARALLEL]))
-            total += sum(counts)
-        return total
-
-    async def _due_accounts(self, now_ms: int) -> list[tuple[str, str]]:
-        """(account id, its index key) of every account with a hold due at now_ms."""
-        if not self.sharded:
-            members = await self.client.zrangebyscore(keyspace.REAP_INDEX, "-inf", now_ms)
-            return [(store.text(m), keyspace.REAP_INDEX) for m in members]
-        try:
-            return await self._scan_shards(now_ms)
-        except rexc.ResponseError as e:  # Redis < 7 (no script flags), or slots moved
-            log.warning("reaper: per-node shard scan refused (%s); reading shards one by one", e)
-            self._shard_groups = None
-            return await self._read_shards(now_ms)
-
-    async def _groups(self) -> list[tuple[object, list[str], str]]:
-        """The reaper's index shards grouped by the cluster node that owns their slot (cached;
-        rebuilt every 100 sweeps and after any refusal, so resharding is followed)."""
-        if self._shard_groups is None or self._sweeps % 100 == 0:
-            self._shard_groups = [(node, [keyspace.reap_shard(n) for n in slots],
-                                   ",".join(keyspace.slot_tag(n) for n in slots))
-                                  for node, slots in await store.slots_by_node(self.client, keyspace.reap_shard)]
-        self._sweeps += 1
-        return self._shard_groups
-
-    async def _scan_shards(self, now_ms: int) -> list[tuple[str, str]]:
-        """One reap_scan.lua call per cluster node (instead of 16384 commands)."""
-        script = self._reap_scan
-
-        async def scan(node, shards, tags):
-            args = ("EVALSHA", script.sha, 0, now_ms, REAP_BATCH, tags, *keyspace.REAP_SHARD)
-            try:
-                return shards, await self.client.execute_command(*args, target_nodes=node)
-            except rexc.NoScriptError:
-                await self.client.script_load(script.source)
-                return shards, await self.client.execute_command(*args, target_nodes=node)
-
-        due: list[tuple[str, str]] = []
-        for shards, flat in await asyncio.gather(*(scan(*group) for group in await self._groups())):
-            for pos, account in zip(flat[::2], flat[1::2]):
-                due.append((store.text(account), shards[int(pos) - 1]))
-        return due
-
-    async def _read_shards(self, now_ms: int) -> list[tuple[str, str]]:
-        """The slow way: every shard read by its own command (pipelined in chunks)."""
-        due: list[tuple[str, str]] = []
-        for start in range(0, keyspace.SLOTS, SHARD_CHUNK):
-            shards = [keyspace.reap_shard(s) for s in range(start, min(start + SHARD_CHUNK, keyspace.SLOTS))]
-            pipe = self.client.pipeline(transaction=False)
-            for shard in shards:
-                pipe.zrangebyscore(shard, "-inf", now_ms)
-            for shard, members in zip(shards, await pipe.execute()):
-                due.extend((store.text(m), shard) for m in members)
-        return due
-
-    async def _reap_account(self, account_id: str, index: str, now_ms: int) -> int:
-        t = keyspace.tag(account_id)
-        keys = (t + ":wallet", keyspace.holds(account_id), keyspace.streams(account_id), index,
-                keyspace.requests(account_id))
-        _, _, _, prefix, _, keep_ms, most = self._record_args(account_id, None)
-        args = (account_id, now_ms, keyspace.hold(account_id, ""), keyspace.key_record(account_id, ""),
-                REAPED_KEEP_MS, REAP_BATCH, prefix, keep_ms, most)
-        total = 0
-        while True:
-            released, _next = await self._reap(self.client, keys, args)
-            total += int(released)
-            if int(released) < REAP_BATCH:
-                return total
-
-    async def run_reaper(self, interval_s: float, on_reaped=None) -> None:
-        """Every node runs this: replay the journal, then reap, every `interval_s`. On a cluster the
-        sweep over the index shards is done by one node per tick (a short lock); reaping itself
-        is idempotent, so two sweeps at once would only cost time. `on_reaped(n)` hears of every
-        sweep that released holds (metrics)."""
-        lock_ms = max(1, int(interval_s * 1000 * 0.9))
-        while True:
-            try:
-                await self.replay_journal()
-                if not self.sharded or await self.client.set(keyspace.REAP_LOCK, "1", nx=True, px=lock_ms):
-                    n = await self.reap()
-                    if n:
-                        log.warning("reaper released %d expired holds (a node stopped renewing them)", n)
-                        if on_reaped is not None:
-                            on_reaped(n)
-            except asyncio.CancelledError:
-                raise
-            except Exception as e:  # keep the loop alive whatever happens; this is the backstop
-                if store_unavailable(e):
-                    log.warning("reaper: store unreachable (%s)", type(e).__name__)
-                else:
-                    log.exception("reaper tick failed")
-            await asyncio.sleep(interval_s)
-            stop_if_cancelled()
-
-    # ---- the settlement journal: settlements the store did not take, replayed when it answers
-    async def _journal(self, entry: dict) -> None:
-        line = orjson.dumps(entry) + b"\n"
-        await asyncio.to_thread(_append_line, self.settings.journal_path, line)
-        self.journaled += 1
-
-    async def replay_journal(self) -> int:
-        """Re-apply journaled settlements (idempotent by hold id); returns how many the store
-        took (applied now, or found already applied). Lines it cannot take while unreachable go
-        back into the journal. A line it refuses outright (never expected) is logged as an error and
-        moved to `<journal>.failed` for the operator.
-
-        An unknown hold (settle.lua code 0) means the charge was applied already: a hold that was
-        never settled keeps its record, open or reaped, for REAPED_KEEP_MS. A line older than that
-        cannot be told apart from a lost record, so it goes to `<journal>.failed` with an error.
-        (No per-request "settled" marker is kept: at full rate that would be millions of keys.)"""
-        path = self.settings.journal_path
-        exists = os.path.exists(path)
-        if not exists and not self._replay_pending:
-            return 0
-        if exists:
-            await asyncio.to_thread(_take_journal, path)
-        done = 0
-        self._replay_pending = False
-        for taken in sorted(glob.glob(glob.escape(path) + ".replay.*")):
-            try:
-                with open(taken, "rb") as f:
-                    lines = f.read().splitlines()
-            except FileNotFoundError:  # another process of this node replayed it
-                continue
-            left: list[bytes] = []
-            for raw in lines:
-                if left:  # the store went away part-way: keep the rest for the next tick
-                    left.append(raw)
-                    continue
-                try:
-                    e = orjson.loads(raw)
-                    rec = self._record_args(e["a"], e.get("r"), e.get("rt"))
-                    call = self._settle_call(e["a"], e["h"], e["m"], int(e["c"]), int(e["p"]), int(e["q"]),
-                                             int(e.get("x", 0)), rec)
-                except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
-                    log.error("journal: unreadable line skipped (%d bytes)", len(raw))
-                    continue
-                try:
-                    code = int((await self._run([call]))[0][0])
-                except STORE_ERRORS as err:
-                    if store_unavailable(err):
-                        left.append(raw)
-                        continue
-                    log.error("journal: settlement of hold %s refused (%s); kept in %s.failed",
-                              e["h"], err, path)
-                    await asyncio.to_thread(_append_line, path + ".failed", raw + b"\n")
-                    continue
-                if code == 0 and time.time() - int(e.get("t", 0)) > REAPED_KEEP_MS / 1000:
-                    log.error("journal: hold %s (account %s) is older than the store keeps hold records: "
-                              "cannot tell whether its %d micro-toman were charged; check and charge it "
-                              "by hand (line kept in %s.failed)", e["h"], e["a"], int(e["c"]), path)
-                    await asyncio.to_thread(_append_line, path + ".failed", raw + b"\n")
-                    continue
-                done += 1
-            if left:
-                await asyncio.to_thread(_append_line, path, b"\n".join(left) + b"\n")
-            try:
-                os.unlink(taken)
-            except FileNotFoundError:
-                pass
-            if left:
-                break
-        self.replayed += done
-        if done:
-            log.warning("journal: %d settlements replayed", done)
-        return done
-
     # ---- rate headers without counting
     async def rate_peek(self, account_id: str, key_id: str, now_ms: int | None = None) -> RateInfo:
         limit, remaining, reset_ms = await self._rate_peek(
             self.client, (keyspace.rpm(account_id, key_id), keyspace.key_record(account_id, key_id)),
             (now_ms or 0,))
         return RateInfo(int(limit), int(remaining), _ceil_s(int(reset_ms)))
-
-    # ---- cool-down
-    def _cooldown_call(self, op: str, model: str, now_ms: int | None = None):
-        return (self._cooldown, (keyspace.cooldown(model),),
-                (op, model, self.settings.cooldown_strikes, self.cooldown_ms, keyspace.CHANNEL, now_ms or 0,
-                 STRIKE_MEMORY_MS))
-
-    def _cooldown_result(self, model: str, res) -> int | None:
-        """Apply a cooldown.lua answer to the local map at once (the pub/sub echo follows)."""
-        if res is None:
-            return None
-        strikes, until_ms, now_ms, made_cold = (int(x) for x in res)
-        self._apply_cooldown(model, strikes, until_ms, now_ms)
-        return until_ms if made_cold else None
-
-    async def cooldown_strike(self, model: str, now_ms: int | None = None) -> int | None:
-        """One upstream_rate_limited for `model`; returns until_ms (Redis clock) when this strike
-        made the model cold, else None."""
-        script, keys, args = self._cooldown_call("strike", model, now_ms)
-        return self._cooldown_result(model, await script(self.client, keys, args))
-
-    async def cooldown_reset(self, model: str) -> None:
-        script, keys, args = self._cooldown_call("reset", model)
-        self._cooldown_result(model, await script(self.client, keys, args))
-
-    def _apply_cooldown(self, model: str, strikes: int, until_ms: int, now_ms: int) -> None:
-        if strikes > 0:
-            self._strikes[model] = strikes
-        else:
-            self._strikes.pop(model, None)
-        if until_ms > now_ms:
-            self._cold[model] = time.monotonic() + (until_ms - now_ms) / 1000
-        elif until_ms == 0:
-            self._cold.pop(model, None)
-
-    def on_event(self, message: dict) -> None:
-        """A pub/sub message from keyspace.CHANNEL (already JSON-decoded); others are ignored."""
-        if not isinstance(message, dict) or message.get("t") != "cooldown":
-            return
-        model = message.get("model")
-        try:
-            strikes, until_ms, now_ms = (int(message.get(f, 0)) for f in ("strikes", "until_ms", "now_ms"))
-        except (TypeError, ValueError):
-            return
-        if isinstance(model, str):
-            self._apply_cooldown(model, strikes, until_ms, now_ms)
-
-    def cold_until(self, model: str) -> float | None:
-        """Seconds this model stays cold, or None when it is not cold (no I/O)."""
-        deadline = self._cold.get(model)
-        if deadline is None:
-            return None
-        left = deadline - time.monotonic()
-        if left <= 0:
-            self._cold.pop(model, None)
-            return None
-        return left
-
-    def strikes(self, model: str) -> int:
-        return self._strikes.get(model, 0)
-
-    async def reload_cooldowns(self) -> None:
-        """After a (re)subscription: rebuild the strike and cold maps from the store."""
-        keys: list[str] = []
-        async for k in self.client.scan_iter(match="{m:*}:cooldown", count=1000):
-            keys.append(store.text(k))
-        strikes: dict[str, int] = {}
-        cold: dict[str, float] = {}
-        if keys:
-            now_s, now_us = await self.client.time()
-            now_ms = int(now_s) * 1000 + int(now_us) // 1000
-            pipe = self.client.pipeline(transaction=False)
-            for k in keys:
-                pipe.hmget(k, "strikes", "until_ms")
-            mono = time.monotonic()
-            for k, (s, u) in zip(keys, await pipe.execute()):
-                model = k[len("{m:"):-len("}:cooldown")]
-                if s is not None and int(s) > 0:
-                    strikes[model] = int(s)
-                if u is not None and int(u) > now_ms:
-                    cold[model] = mono + (int(u) - now_ms) / 1000
-        self._strikes, self._cold = strikes, cold
-
-
-def _append_line(path: str, data: bytes) -> None:
-    """Append under an exclusive lock, to the file still at `path` (a replay may have just
-    moved it aside), and fsync: a journaled charge must survive this process."""
-    import fcntl
-
-    while True:
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            try:
-                same = os.fstat(fd).st_ino == os.stat(path).st_ino
-            except FileNotFoundError:
-                same = False
-            if not same:
-                continue
-            os.write(fd, data)
-            os.fsync(fd)
-            return
-        finally:
-            os.close(fd)
-
-
-def _take_journal(path: str) -> None:
-    """Move the journal aside (under its lock) so appends go to a fresh file while it replays."""
-    import fcntl
-
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except FileNotFoundError:
-        return
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        try:
-            if os.fstat(fd).st_ino == os.stat(path).st_ino:
-                os.rename(path, f"{path}.replay.{time.time_ns()}.{os.getpid()}")
-        except FileNotFoundError:
-            pass
-    finally:
-        os.close(fd)
