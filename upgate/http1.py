@@ -435,7 +435,7 @@ class Request(httputil.HTTPConnection):
         self._framed = True
         headers = self.headers
         try:
-            if headers.get("Expect") == "100-continue" and not self.write_finished:
+            if header(headers, "Expect") == "100-continue" and not self.write_finished:
                 conn.transport.write(_CONTINUE)
             length = None
             if "Content-Length" in headers:
@@ -698,8 +698,14 @@ def parse_headers(block: str) -> httputil.HTTPHeaders:
     return headers
 
 
+def header(headers: httputil.HTTPHeaders, name: str) -> str | None:
+    """headers.get(name), without Mapping.get's raise-and-catch of a KeyError when the header is
+    absent (most of the few a request is asked for are: Expect, Connection, X-Svc-Include-Meta)."""
+    return headers[name] if name in headers else None
+
+
 def _keep_alive(start_line: httputil.RequestStartLine, headers: httputil.HTTPHeaders) -> bool:
-    connection = headers.get("Connection")
+    connection = header(headers, "Connection")
     if connection is not None:
         connection = connection.lower()
     if start_line.version == "HTTP/1.1":

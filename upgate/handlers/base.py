@@ -144,10 +144,11 @@ class BaseHandler(tornado.web.RequestHandler):
 
     def _apply_rate(self) -> None:
         rate = self.rate
-        if rate is not None:
-            self.set_header("X-RateLimit-Limit", rate.limit)
-            self.set_header("X-RateLimit-Remaining", rate.remaining)
-            self.set_header("X-RateLimit-Reset", rate.reset_s)
+        if rate is not None:  # integers: set_header's checks (an ABC isinstance each) are moot
+            h = self._headers
+            h["X-RateLimit-Limit"] = str(rate.limit)
+            h["X-RateLimit-Remaining"] = str(rate.remaining)
+            h["X-RateLimit-Reset"] = str(rate.reset_s)
 
     def set_rate(self, rate) -> None:
         self.rate = rate

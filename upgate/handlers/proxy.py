@@ -21,6 +21,7 @@ from upgate import money, sizing
 from upgate.catalog import check_allowed
 from upgate.errors import GatewayError
 from upgate.handlers.base import BaseHandler
+from upgate.http1 import header
 from upgate.ledger import Rejected, SettlementNotRecorded
 from upgate.refusals import LARGE_BODY
 from upgate.requests import parse_json, validate, wants_web_search
@@ -590,7 +591,7 @@ class ProxyHandler(BaseHandler):
 
     @property
     def _meta(self) -> bool:
-        return self.request.headers.get("X-Svc-Include-Meta") == "1"
+        return header(self.request.headers, "X-Svc-Include-Meta") == "1"
 
     def _add_meta(self, obj: dict, model) -> None:
         if self._meta:
