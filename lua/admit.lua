@@ -98,10 +98,10 @@ local k = rcall('HMGET', key_record, 'revoked', 'expires_at', 'rpm', 'monthly_li
 if k[7] ~= account_id or k[1] == '1' or (k[2] and tonumber(k[2]) <= now) then
   return {1, 0, 0, 0, 0, 0, 0, 0}
 end
-if rcall('EXISTS', wallet) == 0 then
+local w = rcall('HMGET', wallet, 'suspended', 'balance', 'held', 'free_quota')
+if not w[2] then -- every wallet has a balance: no balance, no account
   return {1, 0, 0, 0, 0, 0, 0, 0}
 end
-local w = rcall('HMGET', wallet, 'suspended', 'balance', 'held', 'free_quota')
 if w[1] == '1' then
   return {2, 0, 0, 0, 0, 0, 0, 0}
 end
