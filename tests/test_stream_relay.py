@@ -1,4 +1,4 @@
-"""The stream relay's two paths (upgate/handlers/proxy.py: events written from libcurl's
+"""The stream relay's two paths (upgate/handlers/stream.py: events written from libcurl's
 callback, or by the handler's task from its backlog) under provider output and client
 behaviour the end-to-end tests do not reach: odd event shapes, and a client that reads
 steadily but slower than the provider writes."""
