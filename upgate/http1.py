@@ -14,6 +14,9 @@ the buffer until the current response is finished, reading pauses while more tha
 waits, and no next request starts while the client leaves its answers unread. A write returns
 a done future unless the transport's buffer is over its high-water mark, so a streaming
 handler that awaits its flush is held back only by a slow client.
+
+This module is the server and its connections (reading, header blocks, flow control, idle
+sweeps); one request's body framing and response writing are upgate/http1_request.py.
 """
 from __future__ import annotations
 
@@ -25,9 +28,9 @@ import time
 
 import tornado.ioloop
 from tornado import httputil
-from tornado.http1connection import is_transfer_encoding_chunked, parse_hex_int, parse_int
 from tornado.iostream import StreamClosedError
-from tornado.log import app_log
+
+from upgate.http1_request import FAILED, HEAD, READ, WAITING, Request
 
 log = logging.getLogger("upgate")
 
@@ -44,20 +47,13 @@ _LINE = (r"([!#$%&'*+\-.^_`|~0-9A-Za-z]+):[ \t]*+"
          r"[ \t]*\r?\n")
 _HEADER_LINE = re.compile(_LINE)
 _HEADER_LINES = re.compile("(?>" + _LINE.replace("(", "(?:").replace("(?:?:", "(?:") + ")*")
-_CONTINUE = b"HTTP/1.1 100 (Continue)\r\n\r\n"
 _BAD_REQUEST = b"HTTP/1.1 400 Bad Request\r\n\r\n"
 _TOO_LARGE = b"HTTP/1.1 431 Request Header Fields Too Large\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"
 MAX_HEADER_LINES = 100  # header lines of one request (as nginx and most servers bound them)
 _LINGER_S = 2.0  # after a 431, how long the rest of the client's request is read and dropped
-_CHUNK = 65536  # largest body piece handed to a handler at once
-_CHUNK_LINE = 64  # longest chunk-size line (Tornado's limit)
 _BUFFERED_MAX = 1 << 20  # bytes waiting in the buffer before reading pauses
-_CHUNKS_PER_TURN = 256  # chunk-size lines framed before other connections get the loop
 _BACKLOG = 1024
 
-# reading states of a request
-# (_WAITING: on the handler, its prepare() or a data_received that returned a pending future)
-_HEAD, _WAITING, _BODY, _CHUNK_SIZE, _CHUNK_DATA, _CHUNK_END, _LAST_CRLF, _READ = range(8)
 
 
 class HTTP1Server:
@@ -118,9 +114,9 @@ class HTTP1Server:
                 closed += 1
                 continue
             req = conn.request
-            if req is None or req.state == _HEAD:
+            if req is None or req.state == HEAD:
                 limit = self.idle_timeout_s
-            elif req.state != _READ:
+            elif req.state != READ:
                 limit = self.body_timeout_s
             else:
                 continue
@@ -292,7 +288,7 @@ class Connection(asyncio.Protocol):
             log.debug("malformed request from %s: closed", self.context)
             self.bad_request()
             req = self.request
-            if req is not None and req.state not in (_HEAD, _WAITING):
+            if req is not None and req.state not in (HEAD, WAITING):
                 req.lost()  # a handler is reading this body: it hears the connection go
             return
         self._flow()
@@ -302,7 +298,7 @@ class Connection(asyncio.Protocol):
         while a handler prepares or answers (a pipelining client, a fast body)."""
         if self._reading:
             req = self.request  # (a header block is bounded by max_header_size instead)
-            if len(self.buf) > _BUFFERED_MAX and req is not None and req.state != _HEAD and not self.gone():
+            if len(self.buf) > _BUFFERED_MAX and req is not None and req.state != HEAD and not self.gone():
                 self._reading = False
                 self.transport.pause_reading()
         elif len(self.buf) <= _BUFFERED_MAX and not self.gone():
@@ -350,13 +346,13 @@ class Connection(asyncio.Protocol):
         headers = parse_headers(text[eol + 1:])
         req = self.request = Request(self, start_line, headers)
         delegate = req.delegate = self.server.delegate.start_request(self, req)
-        req.state = _WAITING
+        req.state = WAITING
         try:
             prepared = req.call(delegate.headers_received, start_line, headers)
         except httputil.HTTPInputError:
             req._told_lost = True  # refused before any handler existed: nobody to tell
             raise
-        if prepared is _FAILED:
+        if prepared is FAILED:
             return False
         if prepared is not None:
             prepared = asyncio.ensure_future(prepared)  # Tornado's is a Future; any awaitable goes
@@ -378,306 +374,6 @@ class Connection(asyncio.Protocol):
         self._advance_soon()
 
 
-_FAILED = object()
-
-
-def _take(buf: bytearray, n: int) -> bytes:
-    """The first n bytes of buf, removed from it."""
-    if n == len(buf):
-        piece = bytes(buf)
-        buf.clear()
-    else:
-        piece = bytes(buf[:n])
-        del buf[:n]
-    return piece
-
-
-class Request(httputil.HTTPConnection):
-    """One request on a Connection: its body framing on the way in, its response on the way out
-    (Tornado's HTTPConnection interface: write_headers, write, finish, set_close_callback)."""
-
-    def __init__(self, conn: Connection, start_line: httputil.RequestStartLine,
-                 headers: httputil.HTTPHeaders) -> None:
-        self.conn = conn
-        self.context = conn.context
-        self.start_line = start_line
-        self.headers = headers
-        self.delegate: httputil.HTTPMessageDelegate | None = None
-        self.state = _HEAD
-        self.remaining_in = 0  # body bytes still to read (fixed length, or of the current chunk)
-        self.total_in = 0
-        self._pending = bytearray()  # chunked body bytes joined, not yet handed over
-        self.disconnect = not _keep_alive(start_line, headers)
-        self.began = False  # response headers written
-        self.write_finished = False
-        self._told_lost = False
-        self.chunking = False
-        self.remaining_out: int | None = None  # response bytes Content-Length still allows
-        self._close_callback = None
-        self._framed = False  # prepared() has run: _WAITING from here on is back-pressure
-
-    # ---- reading (driven by Connection._advance)
-    def call(self, fn, *args):
-        try:
-            return fn(*args)
-        except httputil.HTTPInputError:
-            raise  # the request is malformed (e.g. no Host): a bare 400, as Tornado answers
-        except Exception:
-            app_log.error("Uncaught exception", exc_info=True)
-            self.conn.transport.close()
-            return _FAILED
-
-    def prepared(self, _future=None) -> None:
-        """The handler's prepare() is done: frame the body (Tornado's rules and order)."""
-        conn = self.conn
-        if conn.gone() or self.state != _WAITING or self._framed:
-            return  # (framed already, by ready_for_body: an async data_received may wait now)
-        self._framed = True
-        headers = self.headers
-        try:
-            if header(headers, "Expect") == "100-continue" and not self.write_finished:
-                conn.transport.write(_CONTINUE)
-            length = None
-            if "Content-Length" in headers:
-                value = headers["Content-Length"]
-                if "," in value:  # a proxy may repeat it: fine only if all copies agree
-                    pieces = re.split(r",[ \t]*", value)
-                    if any(p != pieces[0] for p in pieces):
-                        raise httputil.HTTPInputError("Multiple unequal Content-Lengths")
-                    value = headers["Content-Length"] = pieces[0]
-                try:
-                    length = parse_int(value)
-                except ValueError:
-                    raise httputil.HTTPInputError("Only integer Content-Length is allowed") from None
-                if length > conn.server.max_body_size:
-                    raise httputil.HTTPInputError("Content-Length too long")
-            if is_transfer_encoding_chunked(headers):
-                self.state = _CHUNK_SIZE
-            elif length:
-                self.state, self.remaining_in = _BODY, length
-            else:
-                self._end_body()
-        except httputil.HTTPInputError:
-            conn.bad_request()
-            self.lost()
-            return
-        if _future is not None:  # resumed from a callback: carry on with what is buffered
-            conn._advance()
-
-    def ready_for_body(self) -> None:
-        """Called at the end of the handler's prepare(): frame and deliver the buffered body
-        now. Tornado's prepared future would call `prepared` a loop turn later, and the
-        handler's task a turn after that; delivered now, a body that is all in lets the handler
-        go straight on from prepare() into its method. Under load a turn is milliseconds."""
-        if self.conn.request is self and self.delegate is not None:
-            self.prepared(True)  # then Tornado's callback finds it framed and does nothing
-
-    def consume(self) -> bool:
-        """Take what the buffer holds; False when more bytes (or the response) are needed."""
-        state, buf = self.state, self.conn.buf
-        if state == _READ or state == _WAITING:
-            return False  # answering, or waiting for the handler
-        if state == _BODY:
-            n = min(len(buf), self.remaining_in, _CHUNK)
-            if not n:
-                return False
-            self.remaining_in -= n
-            self._deliver(_take(buf, n), None if self.remaining_in else self._end_body)
-            return True
-        if state == _CHUNK_DATA:
-            # chunk boundaries mean nothing: pieces are joined up to _CHUNK before the handler
-            # sees them (a body of one-byte chunks must not become a million data_received
-            # calls and a million objects held), and handed over whenever the buffer runs dry
-            n = min(len(buf), self.remaining_in)
-            if not n:
-                return self._hand_over()
-            self._pending += _take(buf, n)
-            self.remaining_in -= n
-            if not self.remaining_in:
-                self.state = _CHUNK_END
-            if len(self._pending) >= _CHUNK:
-                self._deliver(self._take_pending())
-            return True
-        if state == _CHUNK_SIZE:
-            conn = self.conn
-            conn.chunks_this_turn += 1
-            if conn.chunks_this_turn > _CHUNKS_PER_TURN:  # let other connections have the loop
-                asyncio.get_running_loop().call_soon(conn._advance)
-                return self._hand_over()
-            eol = buf.find(b"\r\n", 0, _CHUNK_LINE)
-            if eol < 0:
-                if len(buf) >= _CHUNK_LINE:
-                    raise httputil.HTTPInputError("chunk size line too long")
-                return self._hand_over()
-            try:
-                size = parse_hex_int(buf[:eol].decode("latin1"))
-            except ValueError:
-                raise httputil.HTTPInputError("invalid chunk size") from None
-            del buf[:eol + 2]
-            if size == 0:
-                self.state = _LAST_CRLF
-                return True
-            self.total_in += size
-            if self.total_in > conn.server.max_body_size:
-                raise httputil.HTTPInputError("chunked body too large")
-            self.state, self.remaining_in = _CHUNK_DATA, size
-            return True
-        # _CHUNK_END or _LAST_CRLF: the CRLF after a chunk's data, or after the last chunk
-        if len(buf) < 2:
-            return self._hand_over()
-        if buf[:2] != b"\r\n":
-            raise httputil.HTTPInputError("improperly terminated chunked request")
-        del buf[:2]
-        if state == _LAST_CRLF:
-            if self._pending:
-                self._deliver(self._take_pending(), self._end_body)
-            else:
-                self._end_body()
-        else:
-            self.state = _CHUNK_SIZE
-        return True
-
-    def _take_pending(self) -> bytes:
-        piece, self._pending = bytes(self._pending), bytearray()
-        return piece
-
-    def _hand_over(self) -> bool:
-        """Out of bytes in a chunked body: what is joined so far goes to the handler now."""
-        if self._pending:
-            self._deliver(self._take_pending())
-        return False
-
-    def _deliver(self, piece: bytes, then=None) -> None:
-        """Hand a body piece to the handler, then run `then` (the end of the body) once it
-        took it: at once, or when an async data_received is done."""
-        ret = None
-        if not self.write_finished:  # else answered early: the rest of the body is dropped
-            ret = self.call(self.delegate.data_received, piece)
-            if ret is _FAILED:
-                return
-        if ret is not None:
-            ret = asyncio.ensure_future(ret)  # an async data_received returns a coroutine
-            if not ret.done():
-                # back-pressure: read no further until the handler is ready
-                saved, self.state = self.state, _WAITING
-                ret.add_done_callback(lambda f: self._resume(f, saved, then))
-                return
-            if not self._accepted(ret):
-                return
-        if then is not None:
-            then()
-
-    def _resume(self, future: asyncio.Future, state: int, then) -> None:
-        if self.state != _WAITING or self._told_lost or self.conn.gone():
-            return  # the connection went meanwhile: the handler was told, nothing follows
-        if not self._accepted(future):
-            return
-        self.state = state
-        if then is not None:
-            then()
-        self.conn._advance()
-
-    def _accepted(self, future: asyncio.Future) -> bool:
-        """An async data_received that failed ends the request, as a raising one does."""
-        if future.cancelled() or future.exception() is not None:
-            if not future.cancelled():
-                app_log.error("Uncaught exception", exc_info=future.exception())
-            self.conn.transport.close()
-            return False
-        return True
-
-    def _end_body(self) -> None:
-        self.state = _READ
-        if not self.write_finished:
-            self.call(self.delegate.finish)
-
-    def lost(self) -> None:
-        """The connection closed under this request."""
-        if self.write_finished or self._told_lost:
-            return
-        self._told_lost = True
-        if self.state != _READ:  # still reading: the delegate hears it (Tornado's order)
-            if self.delegate is not None and self.state != _HEAD:
-                self.call(self.delegate.on_connection_close)
-            return
-        callback, self._close_callback = self._close_callback, None
-        if callback is not None:
-            callback()
-
-    # ---- HTTPConnection: the response
-    def set_close_callback(self, callback) -> None:
-        self._close_callback = callback
-
-    def set_body_timeout(self, timeout: float) -> None:
-        pass  # the server's sweep bounds every body
-
-    def set_max_body_size(self, max_body_size: int) -> None:
-        pass  # the handlers enforce the body limit themselves, with the spec's 413
-
-    def write_headers(self, start_line, headers, chunk=None) -> asyncio.Future:
-        req_line = self.start_line
-        code = start_line.code
-        v11 = req_line.version == "HTTP/1.1"
-        if self.state != _READ:
-            # answered before the whole body is in: the connection closes after this response
-            # (the only way not to read the rest), and the client is told so
-            self.disconnect = True
-        self.chunking = (v11 and req_line.method != "HEAD" and code not in (204, 304)
-                         and not 100 <= code < 200 and "Content-Length" not in headers)
-        if v11 and self.disconnect:
-            headers["Connection"] = "close"
-        elif req_line.version == "HTTP/1.0" and self.headers.get("Connection", "").lower() == "keep-alive":
-            headers["Connection"] = "Keep-Alive"
-        if self.chunking:
-            headers["Transfer-Encoding"] = "chunked"
-        if req_line.method == "HEAD" or code == 304:
-            self.remaining_out = 0
-        elif "Content-Length" in headers:
-            self.remaining_out = int(headers["Content-Length"])  # RequestHandler set it
-        else:
-            self.remaining_out = None
-        lines = [f"HTTP/1.1 {code} {start_line.reason}"]
-        lines.extend([f"{name}: {value}" for name, value in headers.get_all()])
-        head = "\r\n".join(lines)
-        if head.count("\n") != len(lines) - 1 or head.count("\r") != len(lines) - 1:
-            raise ValueError("Illegal characters (CR or LF) in header")
-        self.began = True
-        data = (head + "\r\n\r\n").encode("latin1")
-        if chunk:
-            data += self._frame(chunk)
-        return self.conn.send(data)
-
-    def write(self, chunk: bytes) -> asyncio.Future:
-        return self.conn.send(self._frame(chunk))
-
-    def writable(self) -> bool:
-        """A write now goes out without waiting: the connection is open and its client reads."""
-        conn = self.conn
-        return conn.stalled_since is None and not conn.gone()
-
-    def _frame(self, chunk: bytes) -> bytes:
-        if self.remaining_out is not None:
-            self.remaining_out -= len(chunk)
-            if self.remaining_out < 0:
-                self.conn.transport.close()  # stop a framing error from going further
-                raise httputil.HTTPOutputError("Tried to write more data than Content-Length")
-        if self.chunking and chunk:
-            return b"%x\r\n%b\r\n" % (len(chunk), chunk)
-        return chunk
-
-    def finish(self) -> None:
-        conn = self.conn
-        if self.remaining_out and not conn.gone():
-            conn.transport.close()
-            raise httputil.HTTPOutputError(
-                f"Tried to write {self.remaining_out} bytes less than Content-Length")
-        if self.chunking:
-            conn.send(b"0\r\n\r\n")
-        self.write_finished = True
-        self._close_callback = None
-        conn.request_done(self)  # (write_headers decided whether the connection closes)
-
-
 def parse_headers(block: str) -> httputil.HTTPHeaders:
     """The header lines after a start line, each ending in CRLF or LF, then the blank line:
     what Tornado's HTTPHeaders.parse accepts, refuses and returns, with two regex passes over
@@ -696,20 +392,3 @@ def parse_headers(block: str) -> httputil.HTTPHeaders:
             seen.add(key)
             headers[name] = value
     return headers
-
-
-def header(headers: httputil.HTTPHeaders, name: str) -> str | None:
-    """headers.get(name), without Mapping.get's raise-and-catch of a KeyError when the header is
-    absent (most of the few a request is asked for are: Expect, Connection, X-Svc-Include-Meta)."""
-    return headers[name] if name in headers else None
-
-
-def _keep_alive(start_line: httputil.RequestStartLine, headers: httputil.HTTPHeaders) -> bool:
-    connection = header(headers, "Connection")
-    if connection is not None:
-        connection = connection.lower()
-    if start_line.version == "HTTP/1.1":
-        return connection != "close"
-    if "Content-Length" in headers or "Transfer-Encoding" in headers or start_line.method in ("HEAD", "GET"):
-        return connection == "keep-alive"
-    return False

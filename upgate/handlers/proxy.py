@@ -18,7 +18,7 @@ from upgate.catalog import check_allowed
 from upgate.errors import GatewayError
 from upgate.handlers.base import BaseHandler
 from upgate.handlers.stream import CLIENT_CLOSED, CandidateFailed, StreamRelay
-from upgate.http1 import header
+from upgate.http1_request import header
 from upgate.ledger import Rejected, SettlementNotRecorded
 from upgate.output_count import as_ours, chars_json, estimate_tokens, tokens_or
 from upgate.refusals import LARGE_BODY
