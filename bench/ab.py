@@ -71,8 +71,10 @@ def run(rev: str, rounds: int, pin: bool, accounts: int) -> int:
 def checkout(rev: str):
     """REV in a temporary git worktree (its path), removed afterwards."""
     if any("__editable__" in type(f).__name__ or "__editable__" in str(f) for f in sys.meta_path):
-        print("warning: upgate is installed in editable mode: REV's processes would load the lua/ "
-              "scripts of the editable checkout (pip uninstall upgate first)", file=sys.stderr)
+        # REV's processes would load the editable checkout's lua/ scripts through its finder
+        # (an older upgate looks for `upgate.lua` as a package): a comparison of nothing
+        sys.exit("upgate is installed in editable mode (pip install -e): REV's gateway would run "
+                 "this checkout's Lua scripts. `pip uninstall upgate` first.")
     with tempfile.TemporaryDirectory(prefix="upgate-ab-") as tmp:
         tree = Path(tmp) / "rev"
         subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "-q", str(tree), rev], check=True)
