@@ -243,3 +243,26 @@ def test_failed_key_checks_are_throttled_per_address(node, redis_url):
         assert 1 <= int(throttled.headers["Retry-After"]) <= 60
         assert throttled.json()["error"]["code"] == "rate_limit_exceeded"
         assert x.get("/svc/me", headers=good).status_code == 200
+
+
+def test_failed_key_checks_count_the_client_a_trusted_proxy_names(make_node, redis_url):
+    """Behind a proxy in UPGATE_TRUSTED_PROXIES the throttle counts the X-Forwarded-For client,
+    so one client's failures do not lock out the others behind the same proxy; a node that
+    trusts no proxy ignores the header (anyone could write it)."""
+    from upgate.auth import FAILS_PER_WINDOW
+
+    def fail_from(x, client: str, n: int) -> None:
+        for i in range(n):
+            bad = {"Authorization": "Bearer sk-up-" + f"{i:040d}", "X-Forwarded-For": client}
+            assert x.get("/svc/me", headers=bad).status_code == 401
+
+    unknown = {"Authorization": "Bearer sk-up-" + "Z" * 40}
+    trusting = make_node(trusted_proxies="127.0.0.1")
+    with httpx.Client(base_url=trusting.base, timeout=30) as x:
+        fail_from(x, "198.51.100.7", FAILS_PER_WINDOW)
+        assert x.get("/svc/me", headers={**unknown, "X-Forwarded-For": "198.51.100.7"}).status_code == 429
+        assert x.get("/svc/me", headers={**unknown, "X-Forwarded-For": "198.51.100.8"}).status_code == 401
+    plain = make_node()
+    with httpx.Client(base_url=plain.base, timeout=30) as x:
+        fail_from(x, "198.51.100.7", FAILS_PER_WINDOW)
+        assert x.get("/svc/me", headers={**unknown, "X-Forwarded-For": "198.51.100.8"}).status_code == 429

@@ -12,19 +12,18 @@ was in flight while the event arrived.
 Throttle: a token bucket per source address, `BURST` failed authentications, refilled one
 every `REFILL_S` seconds. An empty bucket answers 429 `admin_auth_throttled` (Retry-After:
 until one failure is allowed again) before the token is even looked up, so a guesser learns
-nothing. The address is the TCP peer, or — only when the peer is a trusted proxy
-(``UPGATE_TRUSTED_PROXIES``: addresses or CIDRs, or ``*`` for "every peer is the platform's
-router") — the rightmost X-Forwarded-For entry that is not itself a trusted proxy.
+nothing. The address is upgate/client_address.py's: the TCP peer, or the client a trusted
+proxy names.
 """
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 from upgate import admin_tokens, store
 from upgate.admin_tokens import AdminToken
+from upgate.client_address import ClientAddress
 
 TTL_S = 60.0
 BURST = 10
@@ -40,7 +39,7 @@ class AdminNode:
         self._tokens: dict[str, tuple[AdminToken, float]] = {}
         self._generation = 0
         self._failures: dict[str, tuple[float, float]] = {}  # address → (allowance, at)
-        self._trusted = _networks(settings.trusted_proxies)
+        self._address = ClientAddress(settings.trusted_proxies)
         self.cache: dict = {}  # short-lived answers of costly reads (the overview)
 
     # ---- the service layer, off the event loop ----
@@ -94,14 +93,7 @@ class AdminNode:
     # ---- the throttle ----
 
     def address(self, request) -> str:
-        peer = request.remote_ip
-        if not self._trusted or not _in(peer, self._trusted):
-            return peer
-        hops = [h.strip() for h in request.headers.get("X-Forwarded-For", "").split(",") if h.strip()]
-        for hop in reversed(hops):
-            if not _in(hop, self._trusted):
-                return hop
-        return peer
+        return self._address(request)
 
     def throttled(self, address: str) -> int:
         """Seconds until `address` may try again (0 = it may now)."""
@@ -126,24 +118,3 @@ class AdminNode:
             del self._failures[addr]
         if len(self._failures) >= MAX_ADDRESSES:  # a flood from many addresses: start over
             self._failures.clear()
-
-
-def _networks(spec: str):
-    spec = (spec or "").strip()
-    if spec == "*":
-        return ["*"]
-    nets = []
-    for part in spec.split(","):
-        if part.strip():
-            nets.append(ipaddress.ip_network(part.strip(), strict=False))
-    return nets
-
-
-def _in(addr: str, nets) -> bool:
-    if nets == ["*"]:
-        return True
-    try:
-        ip = ipaddress.ip_address(addr)
-    except ValueError:
-        return False
-    return any(ip in n for n in nets)

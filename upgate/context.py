@@ -18,6 +18,7 @@ from upgate.catalog_cache import Catalog
 from upgate.ledger import STORE_ERRORS, Ledger
 from upgate.access_log import AccessLog
 from upgate.admin_node import AdminNode
+from upgate.client_address import ClientAddress
 from upgate.metrics import Metrics, observe
 from upgate.refusals import Refusals
 from upgate.settings import Settings
@@ -32,6 +33,7 @@ class Context:
         self.providers = providers
         self.redis = client if client is not None else store.connect_async(settings.redis_url)
         self.auth = Auth(self.redis, settings.key_pepper)
+        self.client_address = ClientAddress(settings.trusted_proxies)  # for the failed-key throttle
         self.catalog = Catalog(self.redis)
         self.ledger = Ledger(self.redis, settings)
         self.refusals = Refusals(settings.topup_url, settings.free_quota_default)

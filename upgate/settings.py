@@ -70,7 +70,7 @@ class Settings:
     webhook_backoff_max_s: float = 900.0
     webhook_claim_s: float = 60.0  # an attempt pending this long on a silent node goes to another
     webhook_poll_s: float = 1.0  # how often the mover and the retry schedule are looked at
-    trusted_proxies: str = ""  # admin throttle: peers whose X-Forwarded-For is believed (docs/admin-api.md)
+    trusted_proxies: str = ""  # the auth throttles: peers whose X-Forwarded-For is believed (client_address.py)
     request_log_days: int = 7  # request records are kept this many days …
     request_log_max: int = 10_000  # … and at most this many per account
     extra: dict = field(default_factory=dict)

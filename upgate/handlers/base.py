@@ -93,7 +93,7 @@ class BaseHandler(tornado.web.RequestHandler):
                 raise GatewayError("request_too_large")
         if self.needs_key and self._serves(self.request.method):  # (else Tornado's 405 follows)
             self.key, self.account = await self.ctx.auth.authenticate(self.request.headers,
-                                                                      self.request.remote_ip)
+                                                                      self.ctx.client_address(self.request))
         # No per-request max_body_size: Tornado would refuse the chunk that crosses it with a
         # bare 400 before data_received sees it. The server-wide bound is far above the limit.
         ready = getattr(self.request.connection, "ready_for_body", None)

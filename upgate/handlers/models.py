@@ -28,7 +28,7 @@ class _KeylessHandler(BaseHandler):
         if not ctx.redis_ok:
             return  # the store is known to be down: answer at once, without the headers
         try:
-            key, _account = await ctx.auth.authenticate(self.request.headers, self.request.remote_ip)
+            key, _account = await ctx.auth.authenticate(self.request.headers, ctx.client_address(self.request))
             self.set_rate(await ctx.ledger.rate_peek(key.account_id, key.key_id))
         except GatewayError:
             return  # invalid, revoked, expired or suspended: a keyless route ignores it
