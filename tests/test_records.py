@@ -223,3 +223,26 @@ def test_a_reaped_request_leaves_a_record_that_a_late_settle_replaces(redis_url)
     assert len(kept) == 2 and kept["req_reaped1"]["cost_toman"] == "0.000777"
     assert kept["req_reaped1"]["code"] is None and kept["req_reaped2"]["code"] == "upstream_error"
     assert records.find(sync, "req_reaped1")["cost_toman"] == "0.000777"
+
+
+def test_request_show_looks_back_as_far_as_any_node_keeps_records(make_node, redis_url):
+    """A CLI whose UPGATE_REQUEST_LOG_DAYS is shorter than the nodes' still finds a record the
+    nodes keep: each node publishes its retention when it connects (ZADD GT), and a lookup goes
+    back the longest of its own and the published one."""
+    sync = store.connect_sync(redis_url)
+    acct, rid = ACCT, "req_" + secrets.token_hex(12)
+    seed_account(sync, acct)
+    t = int(time.time() * 1000) - 20 * records.DAY_MS  # filed 20 days ago, as keep_record would
+    sync.zadd(keyspace.requests(acct), {records.encode(records.new(request_id=rid, key_id=KEY), t): t})
+    sync.hset(keyspace.REQ_INDEX + str(t // records.DAY_MS), rid, f"{acct}|{t}")
+    with pytest.raises(records.UnknownRequest):
+        records.find(sync, rid, keep_days=7)
+    make_node(request_log_days=30)
+    deadline = time.time() + 10
+    while sync.zscore(keyspace.REQUEST_LOG_DAYS, "days") != 30:
+        assert time.time() < deadline, "the node never published its retention"
+        time.sleep(0.05)
+    assert records.find(sync, rid, keep_days=7)["request_id"] == rid
+    make_node(request_log_days=3)  # a node keeping less never shortens the lookback
+    time.sleep(0.5)
+    assert sync.zscore(keyspace.REQUEST_LOG_DAYS, "days") == 30

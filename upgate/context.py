@@ -149,6 +149,8 @@ class Context:
         self.admin.flush()
         self.refusals.flush()
         await self._check_store()
+        # how far back `request show` must look: as far as any node keeps records (records.py)
+        await self.redis.zadd(keyspace.REQUEST_LOG_DAYS, {"days": self.settings.request_log_days}, gt=True)
         remote = await self.redis.hget(keyspace.CATALOG_META, "version")
         if remote is None or store.text(remote) != self.catalog.version:
             await self.catalog.reload()

@@ -121,6 +121,9 @@ def _slot_tags() -> tuple[str, ...]:
 
 
 REQ_INDEX = "reqidx:"  # + UTC day number: hash request id → "<account>|<time ms>" (one Redis)
+# sorted set, one member "days": the longest UPGATE_REQUEST_LOG_DAYS any node has run with (each
+# raises it with ZADD GT when it connects), so a reader looks back as far as a record may be kept
+REQUEST_LOG_DAYS = "upgate:request_log_days"
 REQ_SHARD = ("reqidx:{", "}:")  # a cluster shard: prefix + slot tag + suffix + UTC day number
 REAP_SHARD = ("reap:{", "}")  # a shard's name: prefix + the slot's tag + suffix
 

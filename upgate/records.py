@@ -90,7 +90,8 @@ def list_requests(client, account_id: str, limit: int = 50) -> list[dict]:
 
 def find(client, request_id: str, *, keep_days: int | None = None) -> dict:
     """The record of one request, by the id alone (X-Svc-Request-Id), or `UnknownRequest`.
-    `keep_days`: the retention the gateway runs with (default: UPGATE_REQUEST_LOG_DAYS)."""
+    `keep_days`: how far back to look at least (default: UPGATE_REQUEST_LOG_DAYS); as far as
+    any node keeps records in any case."""
     rid = request_id.strip() if isinstance(request_id, str) else ""
     if not rid or len(rid) > 64 or not rid.isprintable():
         raise UnknownRequest(f"no record of request {request_id!r}")
@@ -103,20 +104,24 @@ def find(client, request_id: str, *, keep_days: int | None = None) -> dict:
     raise UnknownRequest(f"no record of request {rid} (never made, or older than the retention)")
 
 
-def _days(keep_days: int | None) -> list[str]:
-    """The UTC day numbers an index entry kept now can be filed under (newest first)."""
+def _days(client, keep_days: int | None) -> list[str]:
+    """The UTC day numbers an index entry kept now can be filed under (newest first): back as far
+    as the longest retention of this reader (`keep_days`, default UPGATE_REQUEST_LOG_DAYS) and of
+    every node that has served on this store (keyspace.REQUEST_LOG_DAYS), whichever is longer."""
     import time
 
     if keep_days is None:
         from upgate.settings import from_env
 
         keep_days = from_env().request_log_days
+    published = client.zscore(keyspace.REQUEST_LOG_DAYS, "days")
+    keep_days = max(keep_days, int(published or 0))
     today = int(time.time() * 1000) // DAY_MS
     return [str(d) for d in range(today + 1, today - keep_days - 2, -1)]
 
 
 def _lookup(client, rid: str, keep_days: int | None = None):
-    days = _days(keep_days)
+    days = _days(client, keep_days)
     if not isinstance(client, redis.RedisCluster):
         pipe = client.pipeline(transaction=False)
         for day in days:
