@@ -1,4 +1,5 @@
-"""`upgate-admin webhook`: send a test event to the receiver, list failed deliveries.
+"""`upgate-admin webhook`: send a test event to the receiver, list failed deliveries and send
+them again.
 Reads UPGATE_WEBHOOK_URL and UPGATE_WEBHOOK_SECRET like the gateway (docs/webhooks.md)."""
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from upgate.webhooks import service
 
 @click.group()
 def webhook() -> None:
-    """Webhooks: test the receiver, list failed deliveries.
+    """Webhooks: test the receiver, list failed deliveries, send them again.
 
     \b
     Example:
@@ -60,3 +61,27 @@ def failed(limit: int, as_json: bool) -> None:
                 r["last_attempt_at"], f"HTTP {r['last_status']}" if r["last_status"] else r["last_error"]]
                for r in rows])
     emit({"failed": rows}, table=t)
+
+
+@webhook.command("resend")
+@click.argument("event_id", required=False)
+@click.option("--all", "every", is_flag=True, help="Every failed delivery.")
+@json_option
+def resend(event_id: str | None, every: bool, as_json: bool) -> None:
+    """Send a given-up delivery again (after a receiver outage): it leaves the failed list and
+    the nodes deliver it as any event, retrying for the retry window. Receivers de-duplicate by id.
+
+    \b
+    Examples:
+      upgate-admin webhook resend evt_0a1b2c3d4e5f0197b3c2d1e0a1
+      upgate-admin webhook resend --all
+    """
+    from admin_cli.main import redis_client
+
+    if (event_id is None) == (not every):
+        raise Refused("give one EVENT_ID or --all")
+    try:
+        sent = service.resend(redis_client(), event_id)
+    except service.WebhookError as e:
+        raise Refused(str(e)) from None
+    emit({"resent": sent}, message=f"{len(sent)} event(s) back on the delivery stream: {', '.join(sent) or 'none'}")

@@ -206,6 +206,16 @@ def test_given_up_after_the_window_then_listed_and_the_next_event_goes(redis_url
     assert f["first_attempt_at"].endswith("Z") and f["last_attempt_at"] >= f["first_attempt_at"]
     res = CliRunner().invoke(cli, ["webhook", "failed", "--limit", "0"], env={"UPGATE_REDIS_URL": redis_url})
     assert res.exit_code == 1 and res.stderr.startswith("error: limit must be")
+    # the receiver is back: the operator sends the given-up event again, and it arrives
+    env = {"UPGATE_REDIS_URL": redis_url}
+    res = CliRunner().invoke(cli, ["webhook", "resend", f["event"]["id"], "--json"], env=env)
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["resent"] == [f["event"]["id"]]
+    wait_for(lambda: any(e["id"] == f["event"]["id"] for e in receiver.accepted()), 15, "the resent event")
+    assert client.llen(keyspace.WEBHOOK_FAILED) == 0
+    res = CliRunner().invoke(cli, ["webhook", "resend", f["event"]["id"]], env=env)  # sent again already
+    assert res.exit_code == 1 and "no failed delivery of event" in res.stderr
+    assert CliRunner().invoke(cli, ["webhook", "resend"], env=env).exit_code == 1  # an id or --all
 
 
 def test_an_event_taken_but_never_added_is_added_by_the_check(redis_url, receiver, engines):

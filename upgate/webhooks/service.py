@@ -1,13 +1,13 @@
-"""What the operator calls (sync, like every service module): the failed deliveries, and a
-test ping sent straight to the receiver. The CLI (`upgate-admin webhook`) and the management
-API (`GET /admin/v1/webhooks/failed`) both call these."""
+"""What the operator calls (sync, like every service module): the failed deliveries, sending
+them again, and a test ping sent straight to the receiver. The CLI (`upgate-admin webhook`) and
+the management API (`/admin/v1/webhooks/...`) both call these."""
 from __future__ import annotations
 
 import asyncio
 
 import orjson
 
-from upgate import keyspace
+from upgate import keyspace, store
 from upgate.webhooks import events
 
 MAX_LIMIT = 1000
@@ -27,12 +27,41 @@ class InvalidLimit(WebhookError):
     field = "limit"
 
 
+class UnknownEvent(WebhookError):
+    """No failed delivery of this event id is kept (never given up, or sent again already)."""
+
+    field = "event_id"
+
+
 def list_failed(client, limit: int = 100) -> list[dict]:
     """Deliveries given up after the retry window, newest first: {"event" (the body that was
     sent), "attempts", "first_attempt_at", "last_attempt_at", "last_status", "last_error"}."""
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:
         raise InvalidLimit(f"limit must be a whole number from 1 to {MAX_LIMIT}, got {limit!r}")
     return [orjson.loads(raw) for raw in client.lrange(keyspace.WEBHOOK_FAILED, 0, limit - 1)]
+
+
+def resend(client, event_id: str | None = None) -> list[str]:
+    """Send given-up deliveries again (lua/webhook_resend.lua): the one of `event_id`, or every
+    one when it is None. Returns the ids put back on the stream; `UnknownEvent` when `event_id`
+    is not in the failed list. The nodes deliver them as any event, retrying for the window."""
+    if event_id is not None and (not isinstance(event_id, str) or not event_id.startswith("evt_")
+                                 or len(event_id) > 64 or not event_id.isprintable()):
+        raise UnknownEvent(f"no failed delivery of event {event_id!r} (event ids look like evt_…)")
+    script, sent = store.script("webhook_resend"), []
+    for raw in client.lrange(keyspace.WEBHOOK_FAILED, 0, -1):
+        event = orjson.loads(raw)["event"]
+        if event_id is not None and event.get("id") != event_id:
+            continue
+        account = (event.get("data") or {}).get("account_id") or ""
+        if script.call_sync(client, [keyspace.WEBHOOK_FAILED, keyspace.WEBHOOK_STREAM],
+                            [raw, account, event["id"], orjson.dumps(event)]):  # the body as sent
+            sent.append(event["id"])
+        if event_id is not None:
+            break
+    if event_id is not None and not sent:
+        raise UnknownEvent(f"no failed delivery of event {event_id} (never given up, or sent again already)")
+    return sent
 
 
 def send_test(settings) -> dict:

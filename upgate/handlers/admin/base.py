@@ -18,16 +18,17 @@ from upgate import accounts, admin_log, keys, records, transactions
 from upgate.errors import GatewayError
 from upgate.handlers.admin.spec import READ_VERBS, Op
 from upgate.handlers.base import BaseHandler
+from upgate.webhooks import service as webhook_service
 
 log = logging.getLogger("upgate")
 
 
-NOT_FOUND = (accounts.UnknownAccount, keys.UnknownKey, records.UnknownRequest)
+NOT_FOUND = (accounts.UnknownAccount, keys.UnknownKey, records.UnknownRequest, webhook_service.UnknownEvent)
 
 
 def service_error(e: ValueError, param: str | None = None, force: bool = False) -> GatewayError:
-    """The one place a service refusal becomes an API error. Unknown account, key or request
-    → 404; a ref reused otherwise → 409; any other → 400 naming the field the service (or the
+    """The one place a service refusal becomes an API error. Unknown account, key, request or
+    failed webhook event → 404; a ref reused otherwise → 409; any other → 400 naming the field the service (or the
     handler's `field` context) blamed."""
     message = str(e).strip().splitlines()[0] if str(e).strip() else None
     if isinstance(e, NOT_FOUND):

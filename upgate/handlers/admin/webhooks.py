@@ -1,7 +1,9 @@
-"""/admin/v1/webhooks/failed: the webhook deliveries given up after the retry window (the same
-list as `upgate-admin webhook failed`, from upgate/webhooks/service.py)."""
+"""/admin/v1/webhooks/failed: the webhook deliveries given up after the retry window, and
+/admin/v1/webhooks/resend: send them again (`upgate-admin webhook failed|resend`, both from
+upgate/webhooks/service.py)."""
 from __future__ import annotations
 
+from upgate.errors import GatewayError
 from upgate.handlers.admin.base import AdminHandler
 from upgate.handlers.admin.spec import Op, nullable, obj, TIME
 from upgate.webhooks import service
@@ -25,4 +27,20 @@ class FailedWebhooksHandler(AdminHandler):
         self.write_json({"data": await self.call(service.list_failed, limit)})
 
 
-HANDLERS = [FailedWebhooksHandler]
+class ResendWebhooksHandler(AdminHandler):
+    PATH = "/admin/v1/webhooks/resend"
+    OPS = {"post": Op("Send given-up deliveries again: the one of event_id, or all of them with "
+                      "{\"all\": true}. They leave the failed list; the nodes deliver them as any event, "
+                      "retrying for the retry window. 404 when event_id is not in the failed list.",
+                      obj({"resent": {"type": "array", "items": {"type": "string"}}}),
+                      body=obj({"event_id": {"type": "string"}, "all": {"type": "boolean"}}))}
+
+    async def post(self) -> None:
+        body = self.json_body(("event_id", "all"))
+        event_id, every = body.get("event_id"), body.get("all")
+        if every not in (None, True, False) or (event_id is None) == (every is not True):
+            raise GatewayError("invalid_request", "Give event_id, or all: true.", param="event_id")
+        self.write_json({"resent": await self.call(service.resend, event_id)})
+
+
+HANDLERS = [FailedWebhooksHandler, ResendWebhooksHandler]
