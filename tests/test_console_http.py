@@ -233,3 +233,26 @@ def test_cold_models_are_shown_on_the_overview_and_the_models_page(node, redis_u
     assert '<span dir="ltr">mock/chat-big</span> — cold for' in overview
     models = c.get("/admin/models").text
     assert "1 cold" in models and models.count('class="badge bad">cold') == 1
+
+
+def test_console_and_admin_requests_are_logged_and_counted_by_route_not_path(node, redis_url):
+    """Console pages and management API calls reach the access log and /metrics like client
+    requests, labelled by their route (a handler, a path template), never by a path that
+    carries an account id (that would grow the metric's labels without limit)."""
+    from tests.admin_kit import Admin, make_token
+    from tests.test_ops import sample, scrape
+
+    _, acct, _ = seed(redis_url, balance="1000")
+    lines = []
+    node.ctx.access_log.write = lines.append
+    c = signed_in(node, admin_token(redis_url))
+    assert c.get(f"/admin/accounts/{acct}").status_code == 200
+    c.close()
+    assert Admin(node, make_token(redis_url, "api")).get(f"/accounts/{acct}").status_code == 200
+    routes = {(x["route"], x["status"]) for x in lines}
+    assert ("console:AccountHandler", 200) in routes and ("/admin/v1/accounts/{id}", 200) in routes
+    assert not any(acct in x["route"] for x in lines)
+    m = scrape(node.url)
+    assert sample(m, "upgate_requests_total", route="console:AccountHandler", status="200", code="") >= 1
+    assert sample(m, "upgate_requests_total", route="/admin/v1/accounts/{id}", status="200", code="") == 1
+    assert not [k for k in m if any(acct in v for _, v in k[1])]

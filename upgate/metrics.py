@@ -135,7 +135,7 @@ def observe(ctx, handler) -> None:
     """Called once per request from BaseHandler.on_finish."""
     route = _route(handler)
     status = handler.get_status()
-    err = handler.error
+    err = getattr(handler, "error", None)  # (the console's pages have none: their errors are HTML)
     code = err.code if err is not None else ""
     total = time.monotonic() - handler.started
     upstream_ms = getattr(handler, "upstream_ms", 0.0)
@@ -186,7 +186,11 @@ def observe(ctx, handler) -> None:
 
 def _route(handler) -> str:
     """A bounded label: the route, never a raw unknown path (that would let anyone grow the
-    metric's cardinality without limit)."""
+    metric's cardinality without limit). The management API's and the console's handlers name
+    theirs (`route_label`): their paths carry account and key ids."""
+    label = getattr(handler, "route_label", None)
+    if label:
+        return label
     path = handler.request.path
     if type(handler).__name__ in ("NotFoundHandler", "ResponsesHandler"):
         return "unmatched"

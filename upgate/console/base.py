@@ -46,6 +46,17 @@ class ConsoleHandler(tornado.web.RequestHandler):
         self.request_id = new_request_id()
         self.who = None  # the signed-in AdminToken
 
+    @property
+    def route_label(self) -> str:
+        """The metrics' and access log's route for a page: its handler, never its path (which
+        carries account and key ids)."""
+        return "console:" + type(self).__name__
+
+    def on_finish(self) -> None:
+        hook = getattr(self.ctx, "on_request_finished", None)  # the access log line and metrics
+        if hook is not None:
+            hook(self)
+
     async def call(self, fn, *args, **kwargs):
         """A sync service function on the node's admin pool (the management API's): never on
         the event loop."""

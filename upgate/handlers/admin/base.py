@@ -88,6 +88,10 @@ class AdminHandler(BaseHandler):
             if fn is not None and not getattr(fn, "admin_wrapped", False):
                 setattr(cls, verb, _authorized(verb, fn))
 
+    @property
+    def route_label(self) -> str:  # the metrics' and access log's route: the template, not the ids
+        return self.PATH
+
     def set_default_headers(self) -> None:
         self.set_header("Cache-Control", "no-store")
 
