@@ -96,3 +96,13 @@ def make_node(redis_url, mock):
 @pytest.fixture
 def node(make_node):
     return make_node()
+
+
+@pytest.fixture
+def receiver():
+    """A webhook receiver on loopback (tests/webhook_receiver.py), closed after the test."""
+    from tests.webhook_receiver import Receiver
+
+    rcv = Receiver()
+    yield rcv
+    rcv.close()

@@ -16,7 +16,6 @@ from click.testing import CliRunner
 from admin_cli.main import cli
 from tests.gateway import LoopThread
 from tests.load_kit import wait_for
-from tests.webhook_receiver import Receiver
 from upgate import accounts, keyspace, store
 from upgate.metrics import Metrics
 from upgate.settings import Settings
@@ -24,13 +23,6 @@ from upgate.webhooks import events
 from upgate.webhooks.delivery import Delivery
 
 SECRET = "whsec-test-0123456789"
-
-
-@pytest.fixture
-def receiver():
-    rcv = Receiver()
-    yield rcv
-    rcv.close()
 
 
 def fast(url: str, hook: str, **over) -> Settings:

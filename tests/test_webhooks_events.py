@@ -23,13 +23,6 @@ BODY = {"model": "mock/chat-1", "messages": [{"role": "user", "content": "Hello 
 
 
 @pytest.fixture
-def receiver():
-    rcv = Receiver()
-    yield rcv
-    rcv.close()
-
-
-@pytest.fixture
 def hooked(make_node, receiver):
     """Gateway nodes that deliver to the receiver."""
     def make():

@@ -19,13 +19,6 @@ SECRET = "whsec-nodes-0123456789"
 
 
 @pytest.fixture
-def receiver():
-    rcv = Receiver()
-    yield rcv
-    rcv.close()
-
-
-@pytest.fixture
 def gateways(redis_url, mock, tmp_path):
     started: list[Gateway] = []
 
