@@ -13,15 +13,8 @@ from click.testing import CliRunner
 
 from admin_cli.main import cli
 from tests.ledger_kit import KEY, TOMAN, run as run_ledger, seed_key
+from tests.test_cli_account import UNKNOWN, ok_json, refused, snapshot
 from upgate import jalali, keyspace, records
-
-UNKNOWN = "00000000-0000-4000-8000-000000000000"
-
-
-def snapshot(redis_url: str) -> dict:
-    raw = redis.Redis.from_url(redis_url)
-    return {k: raw.dump(k) for k in raw.keys("*")}
-
 
 @pytest.fixture
 def run(redis_url):
@@ -29,21 +22,6 @@ def run(redis_url):
         env = {"UPGATE_REDIS_URL": redis_url, "UPGATE_KEY_PEPPER": "pep", "COLUMNS": "200"}
         return CliRunner().invoke(cli, list(args), env=env, catch_exceptions=False)
     return invoke
-
-
-def ok_json(res) -> dict:
-    assert res.exit_code == 0, res.output
-    return json.loads(res.stdout)
-
-
-def refused(res, *needles: str) -> str:
-    assert res.exit_code == 1, res.output
-    assert res.stdout == ""
-    lines = res.stderr.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), res.stderr
-    for n in needles:
-        assert n in lines[0], lines[0]
-    return lines[0]
 
 
 @pytest.fixture
