@@ -55,28 +55,17 @@ def chars_message(m: dict) -> int:
     return n
 
 
-def chars_chunk(obj: dict) -> int:
+def chars_output(obj: dict, part: str) -> int:
+    """Characters of output in an answer's choices: `part` is "message" for a JSON answer,
+    "delta" for a stream chunk (plus a legacy completion's `text` in either)."""
     n = 0
     for choice in as_list(obj.get("choices")):
         if not isinstance(choice, dict):
             continue
-        delta = choice.get("delta")
-        if isinstance(delta, dict):
-            n += chars_message(delta)
+        m = choice.get(part)
+        if isinstance(m, dict):
+            n += chars_message(m)
         text = choice.get("text")
         if isinstance(text, str):
             n += len(text)
-    return n
-
-
-def chars_json(obj: dict) -> int:
-    n = 0
-    for choice in as_list(obj.get("choices")):
-        if not isinstance(choice, dict):
-            continue
-        msg = choice.get("message")
-        if isinstance(msg, dict):
-            n += chars_message(msg)
-        if isinstance(choice.get("text"), str):
-            n += len(choice["text"])
     return n

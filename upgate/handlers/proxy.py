@@ -20,7 +20,7 @@ from upgate.handlers.base import BaseHandler
 from upgate.handlers.stream import CLIENT_CLOSED, CandidateFailed, StreamRelay
 from upgate.http1_request import header
 from upgate.ledger import Rejected, SettlementNotRecorded
-from upgate.output_count import as_ours, chars_json, estimate_tokens, tokens_or
+from upgate.output_count import as_ours, chars_output, estimate_tokens, tokens_or
 from upgate.refusals import LARGE_BODY
 from upgate.requests import parse_json, validate, wants_web_search
 from upgate.upstream.client import UpstreamCut, UpstreamTimeout, UpstreamUnreachable
@@ -275,7 +275,7 @@ class ProxyHandler(StreamRelay, BaseHandler):
                 obj["error"], self.ctx.providers.get(model.provider), model)))
         usage = obj.get("usage") if isinstance(obj.get("usage"), dict) else {}
         prompt = tokens_or(usage.get("prompt_tokens"), sizing.prompt_tokens(body))
-        completion = tokens_or(usage.get("completion_tokens"), estimate_tokens(chars_json(obj)))
+        completion = tokens_or(usage.get("completion_tokens"), estimate_tokens(chars_output(obj, "message")))
         await self._settle(model, body, prompt, completion, usage)
         as_ours(obj, model)
         self._add_meta(obj, model)

@@ -14,7 +14,7 @@ import tornado.iostream
 
 from upgate import sizing
 from upgate.errors import GatewayError
-from upgate.output_count import as_list, as_ours, chars_chunk, estimate_tokens, usage_tokens
+from upgate.output_count import as_list, as_ours, chars_output, estimate_tokens, usage_tokens
 from upgate.upstream import sse
 from upgate.upstream.client import UpstreamCut, UpstreamTimeout
 from upgate.upstream.errors import body_error_message
@@ -97,7 +97,7 @@ class StreamRelay:
                 if obj is None:
                     backlog.extend(events[n:])
                     break
-                n_chars += chars_chunk(obj)
+                n_chars += chars_output(obj, "delta")
                 if not self._generated and _finishes(payload, obj):
                     self._generated = True
                 as_ours(obj, model)
@@ -148,7 +148,7 @@ class StreamRelay:
                     if isinstance(obj.get("error"), dict):
                         raise UpstreamCut(body_error_message(
                             obj["error"], self.ctx.providers.get(model.provider), model))
-                    chars += chars_chunk(obj)
+                    chars += chars_output(obj, "delta")
                     if not self._generated and _finishes(payload, obj):
                         self._generated = True
                     if held is not None and held.get("choices"):
