@@ -216,6 +216,9 @@ def outbox_keys(account_id: str, sharded: bool = False) -> tuple[str, str, str]:
     return outbox(account_id), outbox_state(account_id), outbox_index(account_id, sharded)
 
 
+HOT_REQUEST_INDEX = 8  # hot_keys()[8]: the request index prefix (callers otherwise unpack by name)
+
+
 def hot_keys(account_id: str, sharded: bool = False) -> tuple:
     """The names admit, settle and release need for one account, built in one call (the hot
     path: each function above is one or two Python calls, and a request needs about twenty):

@@ -157,9 +157,10 @@ class Ledger(Reaper, Journal, Cooldowns):
         ts = self.now() if now_ms is None else now_ms / 1000
         day, month = self._calendar(ts)
         hold_id = secrets.token_hex(8)
-        n = keyspace.hot_keys(account_id, self.sharded)
-        keys = (n[0], n[9] + key_id, n[10] + key_id, n[1], n[2], n[11] + hold_id, n[12] + day, n[6], n[4],
-                n[5], n[7])
+        (wallet, streams, holds, _reqs, outbox, outbox_state, reap_index, outbox_index, _req_index,
+         key_p, rpm_p, hold_p, free_p, _usage_p) = keyspace.hot_keys(account_id, self.sharded)
+        keys = (wallet, key_p + key_id, rpm_p + key_id, streams, holds, hold_p + hold_id, free_p + day,
+                reap_index, outbox, outbox_state, outbox_index)
         args = (hold_id, hold_micro, 1 if stream else 0, 1 if free else 0, month, day, self.lease_ms,
                 self.settings.max_streams, self.settings.free_quota_default, FREE_TTL_MS, account_id,
                 key_id, now_ms or 0, request_id or "", model)
@@ -245,7 +246,7 @@ class Ledger(Reaper, Journal, Cooldowns):
         money.check_range(cost_micro)
         cached_tokens = max(0, min(int(cached_tokens), prompt_tokens))
         names = keyspace.hot_keys(account_id, self.sharded)
-        rec = self._record_args(account_id, record, prefix=names[8])
+        rec = self._record_args(account_id, record, prefix=names[keyspace.HOT_REQUEST_INDEX])
         calls = [self._settle_call(account_id, hold_id, model, cost_micro, prompt_tokens, completion_tokens,
                                    cached_tokens, rec, names)]
         if cooldown_reset and self._strikes.get(cooldown_reset):
@@ -282,10 +283,11 @@ class Ledger(Reaper, Journal, Cooldowns):
 
     def _settle_call(self, account_id, hold_id, model, cost_micro, prompt_tokens, completion_tokens,
                      cached_tokens=0, rec=None, names=None):
-        n = names or keyspace.hot_keys(account_id, self.sharded)
-        return (self._settle, (n[0], n[11] + hold_id, n[2], n[1], n[3], n[4], n[5], n[7]),
-                (hold_id, cost_micro, prompt_tokens, completion_tokens, model, n[9], n[13], USAGE_TTL_MS,
-                 cached_tokens, *(rec or self._record_args(account_id, None, prefix=n[8]))))
+        (wallet, streams, holds, reqs, outbox, outbox_state, _reap, outbox_index, req_index,
+         key_p, _rpm_p, hold_p, _free_p, usage_p) = names or keyspace.hot_keys(account_id, self.sharded)
+        return (self._settle, (wallet, hold_p + hold_id, holds, streams, reqs, outbox, outbox_state, outbox_index),
+                (hold_id, cost_micro, prompt_tokens, completion_tokens, model, key_p, usage_p, USAGE_TTL_MS,
+                 cached_tokens, *(rec or self._record_args(account_id, None, prefix=req_index))))
 
     async def release(self, account_id: str, hold_id: str, *, credit_free: bool = False,
                       strike: str | None = None, record: dict | None = None) -> bool:
@@ -309,10 +311,11 @@ class Ledger(Reaper, Journal, Cooldowns):
         return int(results[0][0]) > 0
 
     def _release_call(self, account_id: str, hold_id: str, credit_free: bool, record: dict | None = None):
-        n = keyspace.hot_keys(account_id, self.sharded)
-        return (self._release, (n[0], n[11] + hold_id, n[2], n[1], n[3]),
-                (hold_id, 1 if credit_free else 0, n[9], n[12],
-                 *self._record_args(account_id, record, prefix=n[8])))
+        (wallet, streams, holds, reqs, _outbox, _outbox_state, _reap, _outbox_index, req_index,
+         key_p, _rpm_p, hold_p, free_p, _usage_p) = keyspace.hot_keys(account_id, self.sharded)
+        return (self._release, (wallet, hold_p + hold_id, holds, streams, reqs),
+                (hold_id, 1 if credit_free else 0, key_p, free_p,
+                 *self._record_args(account_id, record, prefix=req_index)))
 
     async def _run(self, calls: list) -> list:
         """Run script calls: one alone is one EVALSHA; several go in one round trip (a pipeline;
