@@ -329,7 +329,7 @@ class Monitor:
                 if line == b"+OK":
                     self.ready.set()
                     continue
-                # +1700000000.123456 [0 127.0.0.1:5555] "evalsha" "..."   ([0 lua] inside scripts)
+                # +1700000000.123456 [0 127.0.0.1:5555] "fcall" "..."   ([0 lua] inside scripts)
                 try:
                     src = line.split(b"[", 1)[1].split(b"]", 1)
                     cmd = src[1].split(b'"', 2)[1].decode().lower()

@@ -364,7 +364,7 @@ def _per_request(before: dict, after: dict, mon: Monitor, background: dict, n: i
     return {"requests": n, "window_s": round(window, 2),
             "client_commands_per_request": client,
             "client_commands_total_per_request": round(sum(client.values()), 3),
-            "eval_per_request": round((stats.get("evalsha", 0) + stats.get("eval", 0)) / n, 3),
+            "script_calls_per_request": round(sum(stats.get(c, 0) for c in ("fcall", "evalsha", "eval")) / n, 3),
             "commandstats_per_request": {k: round(v / n, 3) for k, v in sorted(stats.items())},
             "in_script_per_request": {k: round(v / n, 3) for k, v in sorted(mon.in_scripts.items())}}
 

@@ -1,7 +1,8 @@
 --[[
-  _lib.lua: helpers shared by the ledger scripts. Redis has no `require`, so store.py prepends
-  this file to every script that contains the line `--! uses _lib`; it has no KEYS or ARGV of
-  its own and returns nothing.
+  _lib.lua: helpers shared by the ledger scripts. Every script of lua/ is one function of a
+  Redis Functions library that starts with this file (upgate/lua_library.py), so the helpers
+  are built once, at FUNCTION LOAD, not on every call. A library's load step may not call
+  redis.call: `rcall` is bound as each function starts. No KEYS or ARGV of its own.
 
   Conventions of every ledger script:
   - amounts are integer micro-toman, times integer milliseconds (Unix epoch);
@@ -13,7 +14,7 @@
     way BullMQ builds job keys: they all carry the account's hash tag, so they live in the slot
     of the declared KEYS and the script stays single-slot on Redis Cluster.
 ]]
-local rcall = redis.call
+local rcall -- redis.call (see above)
 
 local RPM_WINDOW_MS = 60000 -- the spec's sliding minute
 local RPM_DEFAULT = 60      -- a key without `rpm`

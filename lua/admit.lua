@@ -1,4 +1,3 @@
---! uses _lib
 --[[
   admit.lua: decide whether one billable request may go upstream and reserve what it needs,
   in one atomic step. In this order (the first failure answers; nothing is reserved then):

@@ -1,4 +1,3 @@
---! uses _lib
 --[[
   cooldown.lua: a model's cool-down state. `strike`: the provider rate-limited the model once
   more; the `needed`-th strike in a row makes the model cold for cold_ms (and starts the count

@@ -1,4 +1,3 @@
---! uses _lib
 --[[
   credit.lua: record one transaction of an account's wallet (opening balance, top-up or
   adjustment) atomically with the balance change it makes, idempotently by its ref.

@@ -1,4 +1,3 @@
---! uses _lib
 --[[
   outbox_done.lua: the account's event out for delivery is finished (delivered, or given up
   after the retry window): drop it from the outbox and hand out the next one at once, so a

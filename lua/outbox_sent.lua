@@ -9,7 +9,6 @@
 
   Output: 1 recorded; 0 the event is no longer the one out (delivered meanwhile): nothing
 ]]
-local rcall = redis.call
 if rcall('HGET', KEYS[1], 'sent') ~= ARGV[1] then
   return 0
 end

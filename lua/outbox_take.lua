@@ -1,4 +1,3 @@
---! uses _lib
 --[[
   outbox_take.lua: the mover's step for one account: hand out the account's OLDEST undelivered
   event, one at a time, so events reach the delivery stream (and the receiver) in the order they

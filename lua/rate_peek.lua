@@ -1,4 +1,3 @@
---! uses _lib
 --[[
   rate_peek.lua: read a key's rpm window for the X-RateLimit-* headers without counting
   anything (routes outside the rpm counter, and errors before admit). Writes nothing.

@@ -1,4 +1,3 @@
---! uses _lib
 --[[
   reap.lua: release, charging nothing, every hold of one account whose lease deadline has
   passed: what a crashed or stalled gateway node left behind (its stream slots too). Then

@@ -18,7 +18,6 @@
 
   Output: a flat list {shard position (1 = the first tag), account id, ...} of the due accounts
 ]]
-local rcall = redis.call
 local now = ARGV[1]
 local per_shard = tonumber(ARGV[2])
 local tags, prefix, suffix = ARGV[3], ARGV[4], ARGV[5]

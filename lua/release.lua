@@ -1,4 +1,3 @@
---! uses _lib
 --[[
   release.lua: the request was not served (provider error, nothing came back): charge nothing,
   give the hold back, free the stream slot, keep the request's record (no content) and, for a `:free` request the provider never

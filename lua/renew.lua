@@ -1,4 +1,3 @@
---! uses _lib
 --[[
   renew.lua: a live request's node extends the lease of its open holds (and their stream
   slots) to now + lease, so the reaper leaves them alone. Holds that are no longer open (the

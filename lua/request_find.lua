@@ -17,7 +17,6 @@
 
   Output: the index entry "<account>|<time ms>", or false (nil) when no shard of this node has it
 ]]
-local rcall = redis.call
 local request_id, tags, days, prefix, suffix = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 
 for tag in string.gmatch(tags, '[^,]+') do

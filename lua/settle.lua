@@ -1,4 +1,3 @@
---! uses _lib
 --[[
   settle.lua: a request completed (or was cut part-way after some output): charge its real
   cost, even above the hold (the balance may go negative; the next admit then answers 402),

@@ -17,7 +17,6 @@
     transactions  the log's records, oldest first (see lua/credit.lua)
     days          flat {cost, requests, cost, requests, ...} in the order of ARGV[2..] ("" = none)
 ]]
-local rcall = redis.call
 local wallet, txns = KEYS[1], KEYS[2]
 local usage_prefix = ARGV[1]
 

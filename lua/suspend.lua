@@ -1,4 +1,3 @@
---! uses _lib
 --[[
   suspend.lua: suspend an account or lift its suspension, and report the change to webhooks
   (account.suspended / account.resumed) in the same atomic step: a suspension is never

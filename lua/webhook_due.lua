@@ -14,7 +14,6 @@
 
   Output: a flat list {entry id, {field, value, ...}, attempts JSON or false, ...}
 ]]
-local rcall = redis.call
 local stream, retry, attempts = KEYS[1], KEYS[2], KEYS[3]
 local now = tonumber(ARGV[1])
 local until_ms = string.format('%d', now + tonumber(ARGV[2]))

@@ -16,7 +16,6 @@
 
   Output: 1 when the entry was still in the stream, 0 when another node finished it first
 ]]
-local rcall = redis.call
 local stream, retry, attempts, failed = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local entry = ARGV[2]
 rcall('XACK', stream, ARGV[1], entry)

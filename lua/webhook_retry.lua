@@ -14,7 +14,6 @@
 
   Output: 1
 ]]
-local rcall = redis.call
 rcall('ZADD', KEYS[2], ARGV[3], ARGV[2])
 rcall('HSET', KEYS[3], ARGV[2], ARGV[4])
 rcall('XACK', KEYS[1], ARGV[1], ARGV[2])

@@ -173,9 +173,9 @@ def test_topup_refusals_write_nothing(client, redis_url):
     assert snapshot(redis_url) == before
 
 
-def test_topup_script_reloads_after_a_flush_of_scripts(client):
+def test_topup_script_reloads_after_a_flush_of_functions(client):
     acct = accounts.create_account(client, "09121234567")
-    client.script_flush()
+    client.function_flush()
     assert accounts.topup(client, acct, 1) == 1
 
 

@@ -541,19 +541,19 @@ def test_negative_amounts_are_refused_in_python(redis_url, r):
     assert r.zcard(keyspace.rpm(ACCT, KEY)) == 1
 
 
-def test_scripts_reload_after_script_flush(redis_url, r):
+def test_scripts_reload_after_function_flush(redis_url, r):
     seed_account(r)
     seed_key(r)
 
     async def body(L):
         a = await admit(L, TOMAN)
-        r.script_flush()
+        r.function_flush()
         b = await admit(L, TOMAN)
-        r.script_flush()
+        r.function_flush()
         await L.cooldown_strike("acme/chat-1")  # the node now knows of a strike
-        r.script_flush()
+        r.function_flush()
         ok = await settle(L, a, 10, reset="acme/chat-1")  # settle + reset in one pipeline
-        r.script_flush()
+        r.function_flush()
         ok2 = await L.release(ACCT, b.hold_id, strike="acme/chat-1")
         return ok, ok2, L.strikes("acme/chat-1")
 

@@ -147,7 +147,7 @@ async def _client_commands(L, redis_url, action) -> tuple[list[str], dict[str, i
         task.cancel()
     stats = await L.client.info("commandstats")
     await watcher.aclose()
-    return seen, {k: v["calls"] for k, v in stats.items() if k.startswith("cmdstat_eval")}
+    return seen, {k: v["calls"] for k, v in stats.items() if k.startswith(("cmdstat_eval", "cmdstat_fcall"))}
 
 
 def test_admit_plus_settle_is_exactly_two_redis_commands(redis_url, r):
@@ -172,6 +172,6 @@ def test_admit_plus_settle_is_exactly_two_redis_commands(redis_url, r):
         return plain, with_reset
 
     plain, with_reset = run(redis_url, body)
-    assert plain == (["EVALSHA", "EVALSHA"], {"cmdstat_evalsha": 2})
-    assert with_reset == (["EVALSHA", "EVALSHA", "EVALSHA"], {"cmdstat_evalsha": 3})
+    assert plain == (["FCALL", "FCALL"], {"cmdstat_fcall": 2})
+    assert with_reset == (["FCALL", "FCALL", "FCALL"], {"cmdstat_fcall": 3})
     assert h(r, keyspace.cooldown(M))["strikes"] == "0"

@@ -22,9 +22,8 @@ import time
 from dataclasses import dataclass
 
 import redis.asyncio as aioredis
-import redis.exceptions as rexc
 
-from upgate import jalali, keyspace, money, records, store
+from upgate import jalali, keyspace, lua_library, money, records, store
 from upgate.cooldowns import Cooldowns
 from upgate.errors import GatewayError
 from upgate.journal import Journal
@@ -337,7 +336,7 @@ class Ledger(Reaper, Journal, Cooldowns):
             results = await pipe.execute(raise_on_error=False)
         for i, (script, keys, args) in enumerate(calls):
             res = results[i]
-            if isinstance(res, rexc.NoScriptError) or (isinstance(res, rexc.ResponseError) and "NOSCRIPT" in str(res)):
+            if lua_library.not_found(res):
                 results[i] = res = await script(self.client, keys, args)
             if isinstance(res, Exception):
                 if i == 0:

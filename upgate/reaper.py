@@ -10,7 +10,7 @@ import logging
 
 import redis.exceptions as rexc
 
-from upgate import keyspace, store
+from upgate import keyspace, lua_library, store
 from upgate.background import stop_if_cancelled
 from upgate.store_errors import store_unavailable
 
@@ -64,12 +64,14 @@ class Reaper:
         script = self._reap_scan
 
         async def scan(node, shards, tags):
-            args = ("EVALSHA", script.sha, 0, now_ms, REAP_BATCH, tags, *keyspace.REAP_SHARD)
+            call = script.command((), (now_ms, REAP_BATCH, tags, *keyspace.REAP_SHARD))
             try:
-                return shards, await self.client.execute_command(*args, target_nodes=node)
-            except rexc.NoScriptError:
-                await self.client.script_load(script.source)
-                return shards, await self.client.execute_command(*args, target_nodes=node)
+                return shards, await self.client.execute_command(*call, target_nodes=node)
+            except rexc.ResponseError as e:
+                if not lua_library.not_found(e):
+                    raise
+                await lua_library.load(self.client)  # on every primary
+                return shards, await self.client.execute_command(*call, target_nodes=node)
 
         due: list[tuple[str, str]] = []
         for shards, flat in await asyncio.gather(*(scan(*group) for group in await self._groups())):

@@ -16,7 +16,7 @@ from __future__ import annotations
 import orjson
 import redis
 
-from upgate import jalali, keyspace, money, store
+from upgate import jalali, keyspace, lua_library, money, store
 from upgate.accounts import AccountError, UnknownAccount, normalize_id
 
 # the stored array's order (account id and formatting are added when read)
@@ -133,12 +133,14 @@ def _lookup(client, rid: str, keep_days: int | None = None):
         node = client.get_node_from_key(keyspace.REQ_SHARD[0] + keyspace.slot_tag(slot_no) + "}")
         groups.setdefault(node.name, (node, []))[1].append(keyspace.slot_tag(slot_no))
     for node, tags in groups.values():
-        args = (rid, ",".join(tags), ",".join(days), *keyspace.REQ_SHARD)
+        call = script.command((), (rid, ",".join(tags), ",".join(days), *keyspace.REQ_SHARD))
         try:
-            found = client.execute_command("EVALSHA", script.sha, 0, *args, target_nodes=node)
-        except redis.exceptions.NoScriptError:
-            client.script_load(script.source)  # on every primary
-            found = client.execute_command("EVALSHA", script.sha, 0, *args, target_nodes=node)
+            found = client.execute_command(*call, target_nodes=node)
+        except redis.exceptions.ResponseError as e:
+            if not lua_library.not_found(e):
+                raise
+            lua_library.load_sync(client)  # on every primary
+            found = client.execute_command(*call, target_nodes=node)
         if found:
             return found
     return None

@@ -10,15 +10,12 @@ URL forms (``UPGATE_REDIS_URL``):
 from __future__ import annotations
 
 from functools import lru_cache
-from importlib import resources
-from pathlib import Path
 
 import hiredis
 import redis
 import redis.asyncio as aioredis
 import redis.exceptions as rexc
-from redis.exceptions import NoScriptError
-
+from upgate import lua_library
 from upgate.script_channel import ScriptChannel
 
 _MEMORY_SERVER = None
@@ -75,7 +72,7 @@ def connect_async(url: str):
     from redis.backoff import NoBackoff
 
     if is_cluster(url):
-        return aioredis.RedisCluster.from_url(cluster_seed(url), max_connections=512,
+        return _Cluster.from_url(cluster_seed(url), max_connections=512,
                                               retry=Retry(NoBackoff(), 0), socket_timeout=5,
                                               socket_connect_timeout=2, driver_info=_driver_info())
     # A blocking pool: a burst of more requests than connections (thousands of streams opening
@@ -87,6 +84,25 @@ def connect_async(url: str):
     client = _Redis(connection_pool=pool)
     client.auto_close_connection_pool = True  # as from_url does: aclose() closes the pool too
     return client
+
+
+# redis-py finds an FCALL's slot by asking a node (COMMAND GETKEYS: FCALL's keys are "movable"),
+# a round trip before every script call; its keys sit where EVALSHA's do, which it parses itself
+_FCALL = ("FCALL", "FCALL_RO")
+
+
+class _Cluster(aioredis.RedisCluster):
+    async def _determine_slot(self, command: str, *args):
+        if command.upper() in _FCALL:
+            command = "EVALSHA"
+        return await super()._determine_slot(command, *args)
+
+
+class _SyncCluster(redis.RedisCluster):
+    def determine_slot(self, *args):
+        if str(args[0]).upper() in _FCALL:
+            args = ("EVALSHA", *args[1:])
+        return super().determine_slot(*args)
 
 
 POOL_WAIT_S = 5  # then "No connection available": a 503, like any store failure
@@ -113,7 +129,7 @@ def _driver_info():
 _READS = frozenset(("GET", "MGET", "HGET", "HMGET", "HGETALL", "HLEN", "EXISTS", "TTL", "PTTL", "TYPE",
                     "ZRANGE", "ZRANGEBYSCORE", "ZSCORE", "ZCARD", "ZCOUNT", "SMEMBERS", "SISMEMBER",
                     "SCARD", "LRANGE", "LLEN", "SCAN", "HSCAN", "SSCAN", "ZSCAN", "PING", "INFO",
-                    "SCRIPT LOAD"))
+                    "SCRIPT LOAD", "FUNCTION LOAD"))
 
 
 def _reads_only(commands) -> bool:
@@ -134,7 +150,7 @@ class _Pipeline(aioredis.client.Pipeline):
 
 
 class _Redis(aioredis.Redis):
-    """A single-node client whose EVALSHAs (every script call: the hot path) share one pipelined
+    """A single-node client whose script calls (FCALL, and EVALSHA: the hot path) share one pipelined
     connection (script_channel.py); other commands and pipelines use the pool as usual, and
     reads among them are sent again once on a dead connection (_READS)."""
 
@@ -145,6 +161,9 @@ class _Redis(aioredis.Redis):
 
     def evalsha(self, sha, numkeys, *keys_and_args):
         return self.scripts.execute("EVALSHA", sha, numkeys, *keys_and_args)
+
+    def fcall(self, function, numkeys, *keys_and_args):
+        return self.scripts.execute("FCALL", function, numkeys, *keys_and_args)
 
     async def execute_command(self, *args, **options):
         try:
@@ -194,7 +213,7 @@ def connect_sync(url: str):
         from redis.backoff import NoBackoff
         from redis.retry import Retry
 
-        return redis.RedisCluster.from_url(cluster_seed(url), retry=Retry(NoBackoff(), 0))
+        return _SyncCluster.from_url(cluster_seed(url), retry=Retry(NoBackoff(), 0))
     return redis.Redis.from_url(url)  # a single node: redis-py sets no retries on from_url
 
 
@@ -256,45 +275,29 @@ def cluster_unreachable(exc: BaseException) -> bool:
 
 # ---- Lua scripts -------------------------------------------------------------------------
 
-LIB = "_lib"  # shared helpers prepended to every script that asks for them (Redis has no import)
-
-
-def _lua_dir():
-    """Source checkout (tests run from the repo root, which shadows the install): the
-    top-level `lua/` beside the package — first, since an editable install maps `upgate.lua`
-    to the checkout it was installed from, not this one. Installed: package data `upgate.lua`."""
-    local = Path(__file__).resolve().parent.parent / "lua"
-    if (local / "settle.lua").is_file():
-        return local
-    return resources.files("upgate.lua")
-
-
-@lru_cache(maxsize=None)
-def script_source(name: str) -> str:
-    folder = _lua_dir()
-    text = folder.joinpath(name + ".lua").read_text(encoding="utf-8")
-    if "--! uses _lib" in text:
-        text = folder.joinpath(LIB + ".lua").read_text(encoding="utf-8") + "\n" + text
-    return text
-
 
 class Script:
-    """One Lua script, called by SHA. A NOSCRIPT reply (Redis restarted or flushed) reloads it."""
+    """One script of lua/, called as a function of the library (lua_library.py). A store that
+    has not got the library ("Function not found": restarted without persistence, flushed)
+    is given it, and the call sent again: a function that was not found did not run."""
 
     def __init__(self, name: str):
-        import hashlib
-
         self.name = name
-        self.source = script_source(name)
-        self.sha = hashlib.sha1(self.source.encode()).hexdigest()
+        self.function = lua_library.function_name(name)
+
+    def command(self, keys, args) -> tuple:
+        """The call as one command's arguments (for execute_command with target_nodes)."""
+        return ("FCALL", self.function, len(keys), *keys, *args)
 
     async def __call__(self, client, keys: list[str], args: list):
         try:
             try:
-                return await client.evalsha(self.sha, len(keys), *keys, *args)
-            except NoScriptError:
-                await client.script_load(self.source)
-                return await client.evalsha(self.sha, len(keys), *keys, *args)
+                return await client.fcall(self.function, len(keys), *keys, *args)
+            except rexc.ResponseError as e:
+                if not lua_library.not_found(e):
+                    raise
+                await lua_library.load(client)
+                return await client.fcall(self.function, len(keys), *keys, *args)
         except rexc.RedisClusterException as e:
             if cluster_unreachable(e):
                 raise ClusterUnreachable(str(e)) from e
@@ -303,10 +306,12 @@ class Script:
     def call_sync(self, client, keys: list[str], args: list):
         try:
             try:
-                return client.evalsha(self.sha, len(keys), *keys, *args)
-            except NoScriptError:
-                client.script_load(self.source)
-                return client.evalsha(self.sha, len(keys), *keys, *args)
+                return client.fcall(self.function, len(keys), *keys, *args)
+            except rexc.ResponseError as e:
+                if not lua_library.not_found(e):
+                    raise
+                lua_library.load_sync(client)
+                return client.fcall(self.function, len(keys), *keys, *args)
         except rexc.RedisClusterException as e:
             if cluster_unreachable(e):
                 raise ClusterUnreachable(str(e)) from e
@@ -314,7 +319,7 @@ class Script:
 
     def queue(self, pipe, keys: list[str], args: list) -> None:
         """Add this script to a pipeline (one round trip with its neighbours)."""
-        pipe.evalsha(self.sha, len(keys), *keys, *args)
+        pipe.fcall(self.function, len(keys), *keys, *args)
 
 
 @lru_cache(maxsize=None)

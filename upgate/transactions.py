@@ -20,7 +20,7 @@ import secrets
 import orjson
 import redis
 
-from upgate import jalali, keyspace, money, store
+from upgate import jalali, keyspace, lua_library, money, store
 from upgate.accounts import (AccountError, BalanceOutOfRange, InvalidAmount, UnknownAccount,
                              normalize_id, parse_amount)
 
@@ -150,10 +150,10 @@ def credit(client, acct: str, kind: str, amount_micro: int, *, ref: str | None =
         try:
             replies = pipe.execute()
             break
-        except redis.exceptions.NoScriptError:
-            if attempt == 2:
+        except redis.exceptions.ResponseError as e:
+            if attempt == 2 or not lua_library.not_found(e):
                 raise
-            node.script_load(script.source)  # NOSCRIPT: nothing ran
+            lua_library.load_sync(node)  # nothing ran
     code, balance, raw = int(replies[0][0]), int(replies[0][1]), replies[0][2]
     if code == 1:
         raise UnknownAccount(f"unknown account {acct}")

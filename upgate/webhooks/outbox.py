@@ -17,9 +17,9 @@ import logging
 import time
 
 import redis.asyncio as aioredis
-from redis.exceptions import NoScriptError
+from redis.exceptions import ResponseError
 
-from upgate import keyspace, store
+from upgate import keyspace, lua_library, store
 from upgate.webhooks import events
 
 log = logging.getLogger("upgate")
@@ -94,12 +94,15 @@ class Outbox:
             return []
         due: list[str] = []
         for node, tags in await self._node_groups():
-            args = ("EVALSHA", self._scan.sha, 0, now_ms, SCAN_BATCH, tags, *keyspace.OUTBOX_SHARD)
+            call = self._scan.command((), (now_ms, SCAN_BATCH, tags, *keyspace.OUTBOX_SHARD))
             try:
-                flat = await self.client.execute_command(*args, target_nodes=node)
-            except NoScriptError:
-                await self.client.script_load(self._scan.source)
-                flat = await self.client.execute_command(*args, target_nodes=node)
+                flat = await self.client.execute_command(*call, target_nodes=node)
+            except ResponseError as e:
+                if not lua_library.not_found(e):
+                    self._groups = None
+                    raise
+                await lua_library.load(self.client)  # on every primary
+                flat = await self.client.execute_command(*call, target_nodes=node)
             except Exception:
                 self._groups = None  # slots moved: regroup next tick
                 raise
