@@ -71,7 +71,7 @@ end
 
 -- the charge
 local balance = rcall('HINCRBY', wallet, 'balance', istr(-tonumber(cost)))
-local w = rcall('HMGET', wallet, 'held', 'credited', 'low_balance', 'low_fired')
+local w = rcall('HMGET', wallet, 'held', 'credited', 'low_balance', 'low_fired', 'rec_day')
 if w[2] then -- else credit.lua or the audit migrates the wallet later
   rcall('HINCRBY', wallet, 'charged', cost)
 end
@@ -99,7 +99,7 @@ for _, dim in ipairs({'key|' .. key_id, 'model|' .. model}) do
 end
 rcall('PEXPIRE', usage, usage_ttl_ms)
 
-keep_record(records, ARGV[13], ARGV[12], ARGV[11], ARGV[10], tonumber(ARGV[14]), tonumber(ARGV[15]),
-            tonumber(ARGV[16]))
+keep_record(records, ARGV[13], ARGV[12], ARGV[11], ARGV[10], now, tonumber(ARGV[15]),
+            tonumber(ARGV[16]), wallet, w[5])
 
 return {code, balance, tonumber(w[1]) or 0}

@@ -181,6 +181,55 @@ def test_retention_by_count_trims_records_and_their_index(redis_url):
     assert sync.pttl(keyspace.requests(ACCT)) > 0 and all(sync.pttl(k) > 0 for k in index)
 
 
+def test_retention_by_age_runs_at_the_first_record_of_each_day_and_keeps_the_whole_retention(redis_url):
+    """settle.lua sets the expiries and drops records past the retention once per account and UTC
+    day (the wallet's rec_day), not on every request: the day's later records leave both alone;
+    the next day's first one trims what is older than the retention, and nothing younger."""
+    sync = store.connect_sync(redis_url)
+    seed_account(sync, ACCT)
+    seed_key(sync, ACCT, KEY)
+    day_ms = records.DAY_MS
+    day = int(time.time() * 1000) // day_ms + 10  # days ahead: the index's PEXPIREAT is absolute
+    at = [day * day_ms + 10_000, day * day_ms + 3_600_000, (day + 1) * day_ms + 43_200_000,
+          (day + 3) * day_ms + 10_000]
+    now = {"ms": at[0]}
+    reqs = keyspace.requests(ACCT)
+
+    async def body(L):
+        ids = []
+        for i, t in enumerate(at):
+            now["ms"] = t
+            adm = await L.admit(account_id=ACCT, key_id=KEY, model="acme/chat-1", hold_micro=TOMAN,
+                                stream=False, free=False)
+            rid = f"req_{i:024x}"
+            rec = {"request_id": rid, "key_id": KEY, "key_prefix": "sk-up-abcd", "model": "acme/chat-1",
+                   "answered_model": "acme/chat-1", "provider": "p", "stream": False, "status": 200,
+                   "code": None, "prompt_tokens": 1, "completion_tokens": 2, "cached_tokens": 0,
+                   "hold_micro": adm.hold_micro, "cost_micro": 1000, "ttfb_ms": 3, "duration_ms": 4}
+            await L.settle(ACCT, adm.hold_id, key_id=KEY, model="acme/chat-1", cost_micro=1000,
+                           prompt_tokens=1, completion_tokens=2, record=rec)
+            ids.append(rid)
+            seen.append((sync.hget(keyspace.wallet(ACCT), "rec_day"), sync.pttl(reqs),
+                                sync.zcard(reqs)))
+            if i == 0:
+                sync.pexpire(reqs, 10_000_000)  # stands in for time gone by: the day's next record keeps it
+        return ids
+
+    seen: list = []
+    keep_ms = 2 * day_ms
+    ids = run(redis_url, body, settings(request_log_days=2), clock=lambda: now["ms"] / 1000)
+    (d0, ttl0, n0), (d1, ttl1, n1), (d2, ttl2, n2), (d3, ttl3, n3) = seen
+    assert d0 == d1 == str(day).encode() and d2 == str(day + 1).encode() and d3 == str(day + 3).encode()
+    assert keep_ms + day_ms - 5_000 < ttl0 <= keep_ms + day_ms  # a day's last record is kept keep_ms too
+    assert ttl1 <= 10_000_000  # the same day: no expiry set again
+    assert keep_ms + day_ms - 5_000 < ttl2 <= keep_ms + day_ms
+    assert (n0, n1, n2) == (1, 2, 3)
+    # day + 3: the records of `day` are older than 2 days and go; day + 1's (36 h old) stays
+    assert [r["request_id"] for r in records.list_requests(sync, ACCT)] == [ids[3], ids[2]]
+    index_day = sync.execute_command("PEXPIRETIME", keyspace.REQ_INDEX + str(day))
+    assert index_day == (day + 1) * day_ms + keep_ms
+
+
 def test_lookups_refuse_cleanly(redis_url):
     sync = store.connect_sync(redis_url)
     with pytest.raises(accounts.UnknownAccount):
