@@ -30,7 +30,7 @@ setup(
         "tzdata",  # Asia/Tehran where the OS has no zoneinfo
         "orjson>=3.9",
         "cryptography>=41",  # the console's session: the admin token encrypted at rest (Fernet)
-        "fakeredis>=2.23",
+        "fakeredis>=2.40",  # Redis Functions (FUNCTION LOAD, FCALL): the embedded store runs the library
         "lupa>=2.0",
         "prometheus-client>=0.20",
         "uvloop>=0.19; sys_platform != 'win32'",

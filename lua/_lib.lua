@@ -57,11 +57,12 @@ end
 -- past the retention: records older than keep_ms (the index days expire on their own) and, at
 -- most 64 a call, the oldest beyond `max` with their index entries. `record` = "" keeps nothing.
 -- The expiries and the age trim run once per account and UTC day: settle passes the wallet and
--- its `rec_day` field (read with the wallet anyway), and the day's first record marks it. So a
--- record is kept keep_ms at least and dropped within a day after; the records expire keep_ms
--- and a day after the day's first one, so after its last one too. Three commands a request
--- fewer, a third of what keeping a record costs a cold store. Without `wallet` (release, reap:
--- rare) every call does them.
+-- its `rec_day` field (read with the wallet anyway), and the day's first record marks it; so
+-- does a record that finds the set new (emptied and made again the same day). A record is kept
+-- keep_ms at least, and dropped by the account's first record of a later day once it is older;
+-- the records expire keep_ms and a day after the day's first one, so after its last one too.
+-- Three commands a request fewer, a third of what keeping a record costs a cold store. Without
+-- `wallet` (release, reap: rare) every call does them.
 local DAY_MS = 86400000
 
 -- A reaped hold's record kept by settle/release is replaced by the request's full one.
@@ -83,15 +84,18 @@ local function keep_record(records, index_prefix, account_id, request_id, record
   local index = index_prefix .. day
   rcall('ZADD', records, istr(now), record)
   rcall('HSET', index, request_id, account_id .. '|' .. istr(now))
-  if kept_day ~= day then
+  local card = rcall('ZCARD', records)
+  if kept_day ~= day or card == 1 then -- (1: the set is new, maybe emptied and made again today)
     rcall('PEXPIREAT', index, istr((tonumber(day) + 1) * DAY_MS + keep_ms))
     rcall('PEXPIRE', records, istr(keep_ms + DAY_MS))
-    rcall('ZREMRANGEBYSCORE', records, '-inf', '(' .. istr(now - keep_ms))
+    if rcall('ZREMRANGEBYSCORE', records, '-inf', '(' .. istr(now - keep_ms)) > 0 then
+      card = rcall('ZCARD', records)
+    end
     if wallet then
       rcall('HSET', wallet, 'rec_day', day)
     end
   end
-  local over = rcall('ZCARD', records) - max
+  local over = card - max
   if over > 0 then
     for _, old in ipairs(rcall('ZRANGE', records, 0, math.min(over, 64) - 1)) do
       local id, t = string.match(old, '^%["([^"]*)",(%d+)')

@@ -1,3 +1,4 @@
+#!lua flags=no-writes
 --[[
   rate_peek.lua: read a key's rpm window for the X-RateLimit-* headers without counting
   anything (routes outside the rpm counter, and errors before admit). Writes nothing.

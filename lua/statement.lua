@@ -1,3 +1,4 @@
+#!lua flags=no-writes
 --[[
   statement.lua: read, in one consistent snapshot, everything an account's statement needs:
   the wallet's balance and lifetime counters, its whole transaction log, and the charges and

@@ -96,11 +96,13 @@ class RedisServer:
 
 
 class RedisCluster:
-    """Three masters on loopback, joined with `redis-cli --cluster create`."""
+    """Three masters on loopback (and `replicas` replicas of each), joined with
+    `redis-cli --cluster create`."""
 
-    def __init__(self):
+    def __init__(self, replicas: int = 0):
+        self.replicas = replicas
         self.nodes = [RedisServer(port=free_cluster_port(), extra=["--cluster-enabled", "yes", "--cluster-node-timeout", "2000",
-                                         "--cluster-config-file", "nodes.conf"]) for _ in range(3)]
+                                         "--cluster-config-file", "nodes.conf"]) for _ in range(3 * (1 + replicas))]
 
     @property
     def url(self) -> str:
@@ -111,7 +113,7 @@ class RedisCluster:
             n.start()
         subprocess.run(
             ["redis-cli", "--cluster", "create", *[f"127.0.0.1:{n.port}" for n in self.nodes],
-             "--cluster-replicas", "0", "--cluster-yes"],
+             "--cluster-replicas", str(self.replicas), "--cluster-yes"],
             check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=30,
         )
         return self._wait_ok()
@@ -121,6 +123,7 @@ class RedisCluster:
         while time.monotonic() < deadline:
             try:
                 if all(redis.Redis(port=n.port).cluster("info").get("cluster_state") == "ok"
+                       and redis.Redis(port=n.port).info("replication").get("master_link_status", "up") == "up"
                        for n in self.nodes):
                     return self
             except redis.ConnectionError:

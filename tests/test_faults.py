@@ -320,9 +320,9 @@ def test_redis_refusing_writes_is_a_503_and_settlements_go_to_the_journal(redis_
 
 
 def test_redis_out_of_memory_never_loses_a_charge(redis_url, make_node, mock, tmp_path):
-    """maxmemory reached with noeviction. Redis lets admit.lua finish (a script may go on writing
-    once it has written), so requests are still admitted and served, but settle.lua is refused at
-    its first write: every such settlement is journaled and applied once memory is back."""
+    """maxmemory reached with noeviction. Redis refuses every function that may write before it
+    runs: new requests get 503 at admit, and the settlement of one admitted before is refused:
+    every such settlement is journaled and applied once memory is back."""
     node = make_node(lease_s=6.0, journal_path=str(tmp_path / "settle.journal"))
     key, account_id, key_id = seed(redis_url, balance="1000")
     r = redis.Redis.from_url(redis_url, decode_responses=True)

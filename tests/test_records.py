@@ -191,7 +191,7 @@ def test_retention_by_age_runs_at_the_first_record_of_each_day_and_keeps_the_who
     day_ms = records.DAY_MS
     day = int(time.time() * 1000) // day_ms + 10  # days ahead: the index's PEXPIREAT is absolute
     at = [day * day_ms + 10_000, day * day_ms + 3_600_000, (day + 1) * day_ms + 43_200_000,
-          (day + 3) * day_ms + 10_000]
+          (day + 3) * day_ms + 10_000, (day + 3) * day_ms + 20_000]
     now = {"ms": at[0]}
     reqs = keyspace.requests(ACCT)
 
@@ -213,19 +213,24 @@ def test_retention_by_age_runs_at_the_first_record_of_each_day_and_keeps_the_who
                                 sync.zcard(reqs)))
             if i == 0:
                 sync.pexpire(reqs, 10_000_000)  # stands in for time gone by: the day's next record keeps it
-        return ids
+            if i == 3:
+                listed.extend(r["request_id"] for r in records.list_requests(sync, ACCT))
+                sync.delete(reqs)  # gone behind the scripts' back: the same day's next record makes it
+        return ids                 # again, and must give it an expiry although the day is marked
 
     seen: list = []
+    listed: list = []
     keep_ms = 2 * day_ms
     ids = run(redis_url, body, settings(request_log_days=2), clock=lambda: now["ms"] / 1000)
-    (d0, ttl0, n0), (d1, ttl1, n1), (d2, ttl2, n2), (d3, ttl3, n3) = seen
+    (d0, ttl0, n0), (d1, ttl1, n1), (d2, ttl2, n2), (d3, ttl3, n3), (d4, ttl4, n4) = seen
     assert d0 == d1 == str(day).encode() and d2 == str(day + 1).encode() and d3 == str(day + 3).encode()
     assert keep_ms + day_ms - 5_000 < ttl0 <= keep_ms + day_ms  # a day's last record is kept keep_ms too
     assert ttl1 <= 10_000_000  # the same day: no expiry set again
     assert keep_ms + day_ms - 5_000 < ttl2 <= keep_ms + day_ms
     assert (n0, n1, n2) == (1, 2, 3)
     # day + 3: the records of `day` are older than 2 days and go; day + 1's (36 h old) stays
-    assert [r["request_id"] for r in records.list_requests(sync, ACCT)] == [ids[3], ids[2]]
+    assert listed == [ids[3], ids[2]]
+    assert d4 == d3 and n4 == 1 and keep_ms + day_ms - 5_000 < ttl4 <= keep_ms + day_ms
     index_day = sync.execute_command("PEXPIRETIME", keyspace.REQ_INDEX + str(day))
     assert index_day == (day + 1) * day_ms + keep_ms
 

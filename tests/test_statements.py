@@ -82,3 +82,30 @@ def test_months_a_statement_refuses(redis_url):
     assert statements.InvalidMonth.field == "month"
     with pytest.raises(accounts.UnknownAccount):
         statements.statement(c, "00000000-0000-4000-8000-000000000000")
+
+
+def test_read_only_steps_answer_while_the_store_refuses_writes(redis_url):
+    """A full Redis (noeviction) refuses every function that may write before it runs; a
+    statement (statement.lua) and the rate headers' peek (rate_peek.lua) are flagged no-writes,
+    so the operator can still read an account's money and a client its usage then."""
+    import redis
+
+    client = store.connect_sync(redis_url)
+    acct = accounts.create_account(client, "09121234567", 5 * TOMAN)
+    seed_key(redis.Redis.from_url(redis_url), acct, KEY)
+    r = redis.Redis.from_url(redis_url)
+    r.config_set("maxmemory-policy", "noeviction")
+    r.config_set("maxmemory", 1)
+    try:
+        with pytest.raises(redis.exceptions.OutOfMemoryError):
+            transactions.topup(client, acct, "1", ref="refused")  # a write: refused, as before
+        st = statements.statement(client, acct)
+
+        async def peek(L):
+            return await L.rate_peek(acct, KEY)
+
+        rate = run(redis_url, peek)
+    finally:
+        r.config_set("maxmemory", 0)
+    assert st["closing_balance_toman"] == "5.000000"
+    assert rate.limit > 0 and rate.remaining == rate.limit

@@ -239,6 +239,57 @@ def test_a_topup_waits_for_the_replica(replicated, monkeypatch):
     assert rep.hget(keyspace.wallet(acct), "balance") == b"510000000"
 
 
+@pytest.fixture(scope="module")
+def replicated_cluster():
+    from tests.procs import RedisCluster
+
+    cluster = RedisCluster(replicas=1).start()
+    yield cluster
+    for n in cluster.nodes:
+        if n.proc is not None and n.proc.poll() is None:
+            os.kill(n.proc.pid, signal.SIGCONT)
+    cluster.close()
+
+
+@pytest.mark.cluster
+def test_a_topup_on_a_cluster_waits_for_the_replica_of_its_accounts_master(replicated_cluster, monkeypatch):
+    """On a Cluster the WAIT goes to the master that owns the wallet's slot, on the connection
+    that ran the top-up: once answered, that master's replica has it, for accounts on every master."""
+    client = store.connect_sync(replicated_cluster.url)
+    seen_masters = set()
+    for n in range(12):
+        acct = accounts.create_account(client, "09121234567", 0)
+        wallet = keyspace.wallet(acct)
+        master = client.get_node_from_key(wallet)
+        seen_masters.add(master.name)
+        transactions.topup(client, acct, "7", ref=f"pay-{n}")
+        rep = redis.Redis(port=_replica_of(replicated_cluster, master.port).port)
+        rep.execute_command("READONLY")  # a cluster replica answers reads of its master's slots
+        assert rep.hget(wallet, "balance") == b"7000000"
+        assert rep.hget(keyspace.refs(acct), f"pay-{n}") is not None
+    assert len(seen_masters) == 3
+
+    # the replica of one account's master stops: that top-up is reported as not durable
+    monkeypatch.setattr(transactions, "REPLICA_WAIT_MS", 300)
+    master = client.get_node_from_key(keyspace.wallet(acct))
+    replica = _replica_of(replicated_cluster, master.port)
+    os.kill(replica.proc.pid, signal.SIGSTOP)
+    try:
+        with pytest.raises(transactions.NotDurable, match="no replica confirmed"):
+            transactions.topup(client, acct, "1", ref="pay-late")
+    finally:
+        os.kill(replica.proc.pid, signal.SIGCONT)
+    again = transactions.topup(client, acct, "1", ref="pay-late")
+    assert again["replayed"] is True and again["balance_toman"] == "8.000000"
+
+
+def _replica_of(cluster, master_port: int):
+    """The cluster's replica of the master on `master_port`."""
+    [replica] = [n for n in cluster.nodes
+                 if redis.Redis(port=n.port).info("replication").get("master_port") == master_port]
+    return replica
+
+
 def test_the_cli_says_when_no_replica_confirmed(replicated, monkeypatch):
     from click.testing import CliRunner
 

@@ -11,7 +11,7 @@ import time
 
 import orjson
 
-from upgate import keyspace, store, store_policy
+from upgate import keyspace, lua_library, store, store_policy
 from upgate.auth import Auth
 from upgate.background import stop_if_cancelled
 from upgate.catalog_cache import Catalog
@@ -56,6 +56,11 @@ class Context:
         except STORE_ERRORS as e:  # a whole cluster down is a RedisClusterException, not a RedisError
             self.redis_ok = False
             log.warning("store unreachable at start-up (%s); serving 503 until it answers", type(e).__name__)
+        else:
+            try:  # now, or a new version's first requests would each find the functions missing
+                await lua_library.load(self.redis)
+            except STORE_ERRORS as e:  # (a full store refuses it): the first script call loads them
+                log.warning("Lua functions not loaded at start-up (%s)", e)
         self._tasks = [
             asyncio.create_task(self._subscribe(), name="upgate-events"),
             asyncio.create_task(self.ledger.run_reaper(self.settings.reap_s, self.metrics.reaped),

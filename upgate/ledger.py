@@ -4,9 +4,9 @@ across every gateway node; this module only builds key names and arguments, turn
 results into values or exceptions (in exactly one function: ``_admission``), and keeps the
 node-local pieces: the cool-down map fed by pub/sub, the reaper loop and the settlement journal.
 
-The hot path is two Redis commands: EVALSHA admit, EVALSHA settle (or release). A cool-down
-strike or reset travels in the same round trip as settle/release (one pipeline; on a cluster,
-where redis-py refuses EVALSHA in pipelines, the two calls are sent at once to their nodes), and
+The hot path is two Redis commands: FCALL admit, FCALL settle (or release) (lua_library.py). A
+cool-down strike or reset travels in the same round trip as settle/release (one pipeline; on a
+cluster, the two calls are sent at once to their nodes), and
 a reset is only sent when this node knows the model has strikes.
 
 Works on ``redis.asyncio.Redis``, ``redis.asyncio.RedisCluster`` (every key of one call shares
@@ -317,15 +317,16 @@ class Ledger(Reaper, Journal, Cooldowns):
                  *self._record_args(account_id, record, prefix=req_index)))
 
     async def _run(self, calls: list) -> list:
-        """Run script calls: one alone is one EVALSHA; several go in one round trip (a pipeline;
-        on a cluster, concurrent calls to each slot's node). A NOSCRIPT reply
-        (store restarted or flushed) loads that script and runs the call again: NOSCRIPT means
-        it did not run. A failed cool-down call is logged, never fails the settlement."""
+        """Run script calls: one alone is one FCALL; several go in one round trip (a pipeline;
+        on a cluster, concurrent calls to each slot's node). A "Function not found" reply
+        (store restarted without persistence, or flushed) loads the library and runs the call
+        again: a function not found did not run. A failed cool-down call is logged, never fails
+        the settlement."""
         if len(calls) == 1:
             script, keys, args = calls[0]
             return [await script(self.client, keys, args)]
         if self.sharded:
-            # redis-py refuses EVALSHA in a cluster pipeline; sent at once, the calls still
+            # a cluster pipeline groups by node, and these are two slots; sent at once, the calls still
             # travel in parallel (one round-trip time), as a cluster pipeline would fan out
             results = list(await asyncio.gather(*(s(self.client, k, a) for s, k, a in calls),
                                                 return_exceptions=True))

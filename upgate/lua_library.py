@@ -14,8 +14,10 @@ other's. A library's load step may not touch redis.call, so `rcall` is bound as 
 
 Redis keeps functions in its RDB and AOF and sends them to replicas; a store that lost them
 (no persistence, FUNCTION FLUSH, a new cluster node) answers "Function not found", and
-the caller loads the library (FUNCTION LOAD REPLACE: the same text again is harmless; on a
-cluster, on every primary) and calls again: a function that was not found did not run.
+the caller loads the library (on a cluster, on every primary) and calls again: a function that
+was not found did not run. The gateway also loads it as it starts, so a new version's first
+requests do not each find it missing. A library of the same name is the same text (the name is
+its digest), so a load that finds it there already is done, without REPLACE's recompiling.
 """
 from __future__ import annotations
 
@@ -56,6 +58,8 @@ def library() -> tuple[str, str]:
         if body.startswith("#!lua flags="):  # a script's own flags (no-writes, ...) become the function's
             shebang, body = body.split("\n", 1)
             flags = ", flags = {%s}" % ", ".join(f"'{f}'" for f in shebang.split("=", 1)[1].split(","))
+        if body.startswith("#!") or "\r" in body:  # would land inside the function: no library at all
+            raise ValueError(f"lua/{name}.lua: only a first line '#!lua flags=...' and LF line ends")
         parts.append(f"local function fn_{name}(KEYS, ARGV)\n  rcall = redis.call\n{body}\nend\n"
                      f"redis.register_function{{function_name = '{name}_@V', callback = fn_{name}{flags}}}\n")
     text = "\n".join(parts)
@@ -68,13 +72,35 @@ def function_name(name: str) -> str:
 
 
 def not_found(exc: BaseException) -> bool:
-    """The store has no such function (it never had the library, or lost it): nothing ran."""
-    return isinstance(exc, rexc.ResponseError) and NOT_FOUND in str(exc)
+    """The store has no such function (it never had the library, or lost it): nothing ran.
+    (redis-py puts the command before the message of an error inside a pipeline.)"""
+    return isinstance(exc, rexc.ResponseError) and str(exc).endswith(NOT_FOUND)
+
+
+def _targets(client) -> list[dict]:
+    """Where to load: each primary of a cluster, one by one (so that one that has the library
+    does not stop the others from being given it); the client itself otherwise."""
+    if hasattr(client, "get_primaries"):
+        return [{"target_nodes": node} for node in client.get_primaries()]
+    return [{}]
+
+
+def _loaded(exc: rexc.ResponseError) -> None:
+    if "already exists" not in str(exc):
+        raise exc
 
 
 async def load(client) -> None:
-    await client.function_load(library()[0], replace=True)
+    for where in _targets(client):
+        try:
+            await client.execute_command("FUNCTION LOAD", library()[0], **where)
+        except rexc.ResponseError as e:
+            _loaded(e)
 
 
 def load_sync(client) -> None:
-    client.function_load(library()[0], replace=True)
+    for where in _targets(client):
+        try:
+            client.execute_command("FUNCTION LOAD", library()[0], **where)
+        except rexc.ResponseError as e:
+            _loaded(e)

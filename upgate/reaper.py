@@ -44,7 +44,7 @@ class Reaper:
             return [(store.text(m), keyspace.REAP_INDEX) for m in members]
         try:
             return await self._scan_shards(now_ms)
-        except rexc.ResponseError as e:  # Redis < 7 (no script flags), or slots moved
+        except rexc.ResponseError as e:  # slots moved
             log.warning("reaper: per-node shard scan refused (%s); reading shards one by one", e)
             self._shard_groups = None
             return await self._read_shards(now_ms)

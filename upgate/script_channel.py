@@ -12,7 +12,7 @@ redis-py's stream reader once connected), which resolves the futures in order. A
 many calls per system call each way, and a call costs one future.
 
 Semantics stay those of a single command: an error reply raises the exception redis-py
-would (NoScriptError, ResponseError, ...); a lost connection fails every call in flight
+would (ResponseError, NoScriptError, ...); a lost connection fails every call in flight
 with ConnectionError and the next call reconnects (there are no retries: a script call
 must never run twice); a reply later than `timeout_s` fails every call in flight with
 TimeoutError and drops the connection, whose order can no longer be trusted. A caller

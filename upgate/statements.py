@@ -2,7 +2,7 @@
 
 Built from one consistent snapshot (lua/statement.lua, one read-only script in the account's
 slot): the balance now, the transaction log, and the day-by-day charges settle.lua keeps in the
-usage hashes (`total|*|cost`, `total|*|requests`). The closing balance of month M is the balance
+usage hashes (the sum of its models' `cost` and `requests` fields). The closing balance of month M is the balance
 now minus the transactions made after M plus the charges of the days after M; the opening
 balance is the closing minus M's own movements. So, exactly, to the micro-toman:
 

@@ -64,7 +64,7 @@ def connect_async(url: str):
         import fakeredis
 
         return fakeredis.FakeAsyncRedis(server=_memory_server())
-    # No automatic retries: a retried EVALSHA whose first reply was lost would run admit twice.
+    # No automatic retries: a script call sent again after its reply was lost would run twice.
     # Settle retries itself (it is idempotent by hold id); everything else fails fast to a 503.
     # On a cluster this also turns off redis-py's 10 retries on timeouts and connection errors;
     # MOVED and ASK are redirects, followed whatever the retry count.
@@ -122,7 +122,7 @@ def _driver_info():
 
 # After Redis restarts, every pooled connection opened before is dead and fails its first
 # command. The first such failure drops every idle pooled connection (all as old, so as dead),
-# and a command that is safe to send twice is sent again on a new one: reads, and SCRIPT LOAD.
+# and a command that is safe to send twice is sent again on a new one: reads, and loading scripts.
 # A write is never repeated (a lost reply may hide one that ran: a top-up would apply twice).
 # Script calls, the hot path, go through the script channel, which sees its connection close
 # at once and reconnects; settle retries itself (idempotent by hold id). docs/redis.md
