@@ -71,7 +71,7 @@ end
 
 -- the charge
 local balance = rcall('HINCRBY', wallet, 'balance', istr(-tonumber(cost)))
-local w = rcall('HMGET', wallet, 'held', 'credited', 'low_balance', 'low_fired', 'rec_day')
+local w = rcall('HMGET', wallet, 'held', 'credited', 'low_balance', 'low_fired', 'rec_day', 'usage_day')
 if w[2] then -- else credit.lua or the audit migrates the wallet later
   rcall('HINCRBY', wallet, 'charged', cost)
 end
@@ -90,14 +90,24 @@ low_balance_check(wallet, outbox, outbox_state, outbox_index, account_id, now, f
 -- the sum over its models (every settlement has one): no `total|*` fields, four commands fewer
 -- (hashes written before have them too, and readers ignore them; upgate/usage.py)
 local usage = usage_prefix .. day
+local fresh = true -- every counter new: the hash may be new (made again after a DEL, too)
 for _, dim in ipairs({'key|' .. key_id, 'model|' .. model}) do
-  rcall('HINCRBY', usage, dim .. '|requests', 1)
+  if rcall('HINCRBY', usage, dim .. '|requests', 1) ~= 1 then
+    fresh = false
+  end
   rcall('HINCRBY', usage, dim .. '|prompt_tokens', prompt)
   rcall('HINCRBY', usage, dim .. '|completion_tokens', completion)
   rcall('HINCRBY', usage, dim .. '|cost', cost)
   if cached > 0 then rcall('HINCRBY', usage, dim .. '|cached_tokens', cached) end
 end
-rcall('PEXPIRE', usage, usage_ttl_ms)
+-- its expiry once per account and usage day (the wallet's `usage_day`), as keep_record does:
+-- one command a request fewer; the hash lives its time-to-live after its day's first settlement
+if w[6] ~= day or fresh then
+  rcall('PEXPIRE', usage, usage_ttl_ms)
+  if w[6] ~= day then
+    rcall('HSET', wallet, 'usage_day', day)
+  end
+end
 
 keep_record(records, ARGV[13], ARGV[12], ARGV[11], ARGV[10], now, tonumber(ARGV[15]),
             tonumber(ARGV[16]), wallet, w[5])

@@ -463,6 +463,34 @@ def test_settle_charges_releases_the_rest_and_aggregates_usage(redis_url, r):
     assert r.pttl(keyspace.usage(ACCT, day)) > 300 * 86_400_000
 
 
+def test_the_usage_hash_expiry_is_set_once_a_day_and_whenever_the_hash_is_new(redis_url, r):
+    """settle.lua sets a day's usage hash expiry at the account's first settlement of that day
+    (the wallet's usage_day), not on every one; a hash made again the same day gets it again."""
+    seed_account(r, balance=20 * TOMAN)
+    seed_key(r)
+    day = jalali.day_key(T0 / 1000)
+    key = keyspace.usage(ACCT, day)
+    seen = []
+
+    async def body(L):
+        for i in range(3):
+            a = await admit(L, TOMAN, now=T0 + i)
+            await settle(L, a, 1000, p=1, c=1)
+            seen.append((r.hget(keyspace.wallet(ACCT), "usage_day"), r.pttl(key)))
+            if i == 0:
+                r.pexpire(key, 10_000_000)  # stands in for time gone by: the next settlement keeps it
+            if i == 1:
+                r.delete(key)  # gone behind the scripts' back: the next settlement makes it again
+
+    run(redis_url, body)
+    ttl = 400 * 86_400_000
+    assert [d for d, _ in seen] == [day] * 3
+    assert ttl - 5_000 < seen[0][1] <= ttl
+    assert seen[1][1] <= 10_000_000  # the same day: not set again
+    assert ttl - 5_000 < seen[2][1] <= ttl  # a new hash: set again, though the day is marked
+    assert usage.totals(h(r, key))["requests"] == 1
+
+
 def test_settle_above_the_hold_may_make_the_balance_negative(redis_url, r):
     seed_account(r, balance=2 * TOMAN)
     seed_key(r)
