@@ -132,22 +132,24 @@ def test_no_prompt_text_anywhere_in_redis(node, redis_url):
     assert seen > 5
 
 
+async def _one_with_record(L, i: int, cost: int) -> str:
+    """Admit and settle request number i through the ledger, with its record; returns its id."""
+    adm = await L.admit(account_id=ACCT, key_id=KEY, model="acme/chat-1", hold_micro=TOMAN,
+                        stream=False, free=False)
+    rid = f"req_{i:024x}"
+    rec = {"request_id": rid, "key_id": KEY, "key_prefix": "sk-up-abcd", "model": "acme/chat-1",
+           "answered_model": "acme/chat-1", "provider": "p", "stream": False, "status": 200,
+           "code": None, "prompt_tokens": 1, "completion_tokens": 2, "cached_tokens": 0,
+           "hold_micro": adm.hold_micro, "cost_micro": cost, "ttfb_ms": 3, "duration_ms": 4}
+    await L.settle(ACCT, adm.hold_id, key_id=KEY, model="acme/chat-1", cost_micro=cost,
+                   prompt_tokens=1, completion_tokens=2, record=rec)
+    return rid
+
+
 def _settle_with_record(url, sharded_sets=None, n=3):
     """Admit and settle n requests through the ledger, each with a record; returns the ids."""
     async def body(L):
-        ids = []
-        for i in range(n):
-            adm = await L.admit(account_id=ACCT, key_id=KEY, model="acme/chat-1", hold_micro=TOMAN,
-                                stream=False, free=False)
-            rid = f"req_{i:024x}"
-            rec = {"request_id": rid, "key_id": KEY, "key_prefix": "sk-up-abcd", "model": "acme/chat-1",
-                   "answered_model": "acme/chat-1", "provider": "p", "stream": False, "status": 200,
-                   "code": None, "prompt_tokens": 1, "completion_tokens": 2, "cached_tokens": 0,
-                   "hold_micro": adm.hold_micro, "cost_micro": 1000 + i, "ttfb_ms": 3, "duration_ms": 4}
-            await L.settle(ACCT, adm.hold_id, key_id=KEY, model="acme/chat-1", cost_micro=1000 + i,
-                           prompt_tokens=1, completion_tokens=2, record=rec)
-            ids.append(rid)
-        return ids
+        return [await _one_with_record(L, i, 1000 + i) for i in range(n)]
     return run(url, body, sharded_sets)
 
 
@@ -199,16 +201,7 @@ def test_retention_by_age_runs_at_the_first_record_of_each_day_and_keeps_the_who
         ids = []
         for i, t in enumerate(at):
             now["ms"] = t
-            adm = await L.admit(account_id=ACCT, key_id=KEY, model="acme/chat-1", hold_micro=TOMAN,
-                                stream=False, free=False)
-            rid = f"req_{i:024x}"
-            rec = {"request_id": rid, "key_id": KEY, "key_prefix": "sk-up-abcd", "model": "acme/chat-1",
-                   "answered_model": "acme/chat-1", "provider": "p", "stream": False, "status": 200,
-                   "code": None, "prompt_tokens": 1, "completion_tokens": 2, "cached_tokens": 0,
-                   "hold_micro": adm.hold_micro, "cost_micro": 1000, "ttfb_ms": 3, "duration_ms": 4}
-            await L.settle(ACCT, adm.hold_id, key_id=KEY, model="acme/chat-1", cost_micro=1000,
-                           prompt_tokens=1, completion_tokens=2, record=rec)
-            ids.append(rid)
+            ids.append(await _one_with_record(L, i, 1000))
             seen.append((sync.hget(keyspace.wallet(ACCT), "rec_day"), sync.pttl(reqs),
                                 sync.zcard(reqs)))
             if i == 0:
