@@ -326,8 +326,8 @@ class Ledger(Reaper, Journal, Cooldowns):
             script, keys, args = calls[0]
             return [await script(self.client, keys, args)]
         if self.sharded:
-            # a cluster pipeline groups by node, and these are two slots; sent at once, the calls still
-            # travel in parallel (one round-trip time), as a cluster pipeline would fan out
+            # the calls are in two slots, often on two nodes: sent at once, they travel in
+            # parallel (one round-trip time), as a cluster pipeline would fan them out
             results = list(await asyncio.gather(*(s(self.client, k, a) for s, k, a in calls),
                                                 return_exceptions=True))
         else:
