@@ -96,13 +96,13 @@ class Outbox:
         for node, tags in await self._node_groups():
             call = self._scan.command((), (now_ms, SCAN_BATCH, tags, *keyspace.OUTBOX_SHARD))
             try:
-                flat = await self.client.execute_command(*call, target_nodes=node)
-            except ResponseError as e:
-                if not lua_library.not_found(e):
-                    self._groups = None
-                    raise
-                await lua_library.load(self.client)  # on every primary
-                flat = await self.client.execute_command(*call, target_nodes=node)
+                try:
+                    flat = await self.client.execute_command(*call, target_nodes=node)
+                except ResponseError as e:
+                    if not lua_library.not_found(e):
+                        raise
+                    await lua_library.load(self.client)  # on every primary
+                    flat = await self.client.execute_command(*call, target_nodes=node)
             except Exception:
                 self._groups = None  # slots moved: regroup next tick
                 raise
