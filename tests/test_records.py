@@ -159,6 +159,8 @@ def test_find_by_request_id_on_a_cluster(cluster_url):
     seed_account(sync, ACCT)
     seed_key(sync, ACCT, KEY)
     ids = _settle_with_record(cluster_url)
+    for node in sync.get_primaries():  # no functions anywhere: the per-node lookup loads them
+        sync.execute_command("FUNCTION", "FLUSH", target_nodes=node)
     for i, rid in enumerate(ids):
         rec = records.find(sync, rid)
         assert rec["account_id"] == ACCT and rec["cost_toman"] == money.fmt(1000 + i)

@@ -65,13 +65,8 @@ class Reaper:
 
         async def scan(node, shards, tags):
             call = script.command((), (now_ms, REAP_BATCH, tags, *keyspace.REAP_SHARD))
-            try:
-                return shards, await self.client.execute_command(*call, target_nodes=node)
-            except rexc.ResponseError as e:
-                if not lua_library.not_found(e):
-                    raise
-                await lua_library.load(self.client)  # on every primary
-                return shards, await self.client.execute_command(*call, target_nodes=node)
+            return shards, await lua_library.call(
+                self.client, lambda: self.client.execute_command(*call, target_nodes=node))
 
         due: list[tuple[str, str]] = []
         for shards, flat in await asyncio.gather(*(scan(*group) for group in await self._groups())):

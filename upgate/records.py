@@ -134,13 +134,7 @@ def _lookup(client, rid: str, keep_days: int | None = None):
         groups.setdefault(node.name, (node, []))[1].append(keyspace.slot_tag(slot_no))
     for node, tags in groups.values():
         call = script.command((), (rid, ",".join(tags), ",".join(days), *keyspace.REQ_SHARD))
-        try:
-            found = client.execute_command(*call, target_nodes=node)
-        except redis.exceptions.ResponseError as e:
-            if not lua_library.not_found(e):
-                raise
-            lua_library.load_sync(client)  # on every primary
-            found = client.execute_command(*call, target_nodes=node)
+        found = lua_library.call_sync(client, lambda: client.execute_command(*call, target_nodes=node))
         if found:
             return found
     return None

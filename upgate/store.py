@@ -305,13 +305,7 @@ class Script:
 
     def call_sync(self, client, keys: list[str], args: list):
         try:
-            try:
-                return client.fcall(self.function, len(keys), *keys, *args)
-            except rexc.ResponseError as e:
-                if not lua_library.not_found(e):
-                    raise
-                lua_library.load_sync(client)
-                return client.fcall(self.function, len(keys), *keys, *args)
+            return lua_library.call_sync(client, lambda: client.fcall(self.function, len(keys), *keys, *args))
         except rexc.RedisClusterException as e:
             if cluster_unreachable(e):
                 raise ClusterUnreachable(str(e)) from e

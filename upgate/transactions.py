@@ -142,18 +142,15 @@ def credit(client, acct: str, kind: str, amount_micro: int, *, ref: str | None =
     args = [kind, amount_micro, money.MAX_MICRO, ref or "", _record_json(ref, note, actor), migration_json(), acct]
     node = _node_client(client, wallet)
     replicas = _replicas(node)
-    for attempt in (1, 2):
+
+    def send():
         pipe = node.pipeline(transaction=False)  # the script and its WAIT on one connection
         script.queue(pipe, keys, args)
         if replicas:
             pipe.execute_command("WAIT", 1, REPLICA_WAIT_MS)
-        try:
-            replies = pipe.execute()
-            break
-        except redis.exceptions.ResponseError as e:
-            if attempt == 2 or not lua_library.not_found(e):
-                raise
-            lua_library.load_sync(node)  # nothing ran
+        return pipe.execute()
+
+    replies = lua_library.call_sync(node, send)
     code, balance, raw = int(replies[0][0]), int(replies[0][1]), replies[0][2]
     if code == 1:
         raise UnknownAccount(f"unknown account {acct}")

@@ -17,7 +17,6 @@ import logging
 import time
 
 import redis.asyncio as aioredis
-from redis.exceptions import ResponseError
 
 from upgate import keyspace, lua_library, store
 from upgate.webhooks import events
@@ -96,13 +95,8 @@ class Outbox:
         for node, tags in await self._node_groups():
             call = self._scan.command((), (now_ms, SCAN_BATCH, tags, *keyspace.OUTBOX_SHARD))
             try:
-                try:
-                    flat = await self.client.execute_command(*call, target_nodes=node)
-                except ResponseError as e:
-                    if not lua_library.not_found(e):
-                        raise
-                    await lua_library.load(self.client)  # on every primary
-                    flat = await self.client.execute_command(*call, target_nodes=node)
+                flat = await lua_library.call(
+                    self.client, lambda: self.client.execute_command(*call, target_nodes=node))
             except Exception:
                 self._groups = None  # slots moved: regroup next tick
                 raise
