@@ -5,8 +5,8 @@ a second apart can, and each round's ratio (working tree / REV) compares like wi
 
 Both stacks (redis-server, mock, gateway; pinned as in the full run, both gateways on the
 same CPU) start side by side, REV's from a temporary git worktree that its processes start
-in. Each round runs, per side and in ABBA order: concurrency 1 (p50 and gateway CPU per
-request), a closed loop of 64 connections (req/s and gateway CPU per request) and 300 paced
+in. Each round runs, per side and in ABBA order: concurrency 1 (p50, gateway CPU per request
+and Redis's own time in the script calls, from INFO commandstats), a closed loop of 64 connections (req/s and gateway CPU per request) and 300 paced
 streams (gateway CPU per relayed event). Prints each round, then the medians and the median
 of the per-round ratios.
 """
