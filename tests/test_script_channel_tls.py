@@ -45,7 +45,7 @@ def test_script_calls_pipeline_over_tls(tls_redis):
         client = store.connect_async(url)
         try:
             sha = await client.script_load("return ARGV[1]")
-            replies = await asyncio.gather(*(client.evalsha(sha, 0, f"tls-{i}") for i in range(200)))
+            replies = await asyncio.gather(*(client.scripts.execute("EVALSHA", sha, 0, f"tls-{i}") for i in range(200)))
             assert replies == [f"tls-{i}".encode() for i in range(200)]
         finally:
             await client.aclose()

@@ -95,7 +95,7 @@ def test_async_client_packs_commands_in_c_and_they_work(redis_url):
     async def roundtrip():
         await client.set("k", "välue")
         sha = await client.script_load("return ARGV[1] .. KEYS[1]")
-        got = await client.evalsha(sha, 1, "k", 42), await client.get("k")
+        got = await client.scripts.execute("EVALSHA", sha, 1, "k", 42), await client.get("k")
         await client.aclose()
         return got
 

@@ -150,7 +150,7 @@ class _Pipeline(aioredis.client.Pipeline):
 
 
 class _Redis(aioredis.Redis):
-    """A single-node client whose script calls (FCALL, and EVALSHA: the hot path) share one pipelined
+    """A single-node client whose script calls (FCALL: the hot path) share one pipelined
     connection (script_channel.py); other commands and pipelines use the pool as usual, and
     reads among them are sent again once on a dead connection (_READS)."""
 
@@ -158,9 +158,6 @@ class _Redis(aioredis.Redis):
         super().__init__(connection_pool=connection_pool, **kwargs)
         timeout = connection_pool.connection_kwargs.get("socket_timeout") or 5
         self.scripts = ScriptChannel(connection_pool, timeout)
-
-    def evalsha(self, sha, numkeys, *keys_and_args):
-        return self.scripts.execute("EVALSHA", sha, numkeys, *keys_and_args)
 
     def fcall(self, function, numkeys, *keys_and_args):
         return self.scripts.execute("FCALL", function, numkeys, *keys_and_args)
