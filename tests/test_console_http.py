@@ -141,6 +141,22 @@ def test_next_never_leaves_the_console(node, redis_url):
         assert r.headers["location"] == "/admin/"
 
 
+def test_a_hostile_next_lands_on_the_overview_and_a_console_path_is_kept(node, redis_url):
+    """`next` is only a local /admin/ path: a CR or LF (a split Location header), a step out of
+    /admin/ (also percent-encoded, which browsers resolve), a backslash or a space → /admin/."""
+    token = admin_token(redis_url)
+    c = httpx.Client(base_url=node.url, follow_redirects=False)
+    for target, lands in (("/admin/\r\nSet-Cookie: evil=1", "/admin/"), ("/admin/x\nLocation: //evil", "/admin/"),
+                          ("/admin/../v1/models", "/admin/"), ("/admin/%2e%2e/v1/models", "/admin/"),
+                          ("/admin/\\evil.example", "/admin/"), ("/admin/a b", "/admin/"),
+                          ("/admin/accounts?q=0912&x=%0d%0a", "/admin/accounts?q=0912&x=%0d%0a")):
+        assert c.get("/admin/login", params={"next": target}).status_code == 200
+        form = c.get("/admin/login")
+        r = c.post("/admin/login", data={"token": token, "_xsrf": xsrf(form.text), "next": target})
+        assert (r.status_code, r.headers.get("location")) == (303, lands), repr(target)
+        assert "evil" not in str(r.headers)
+
+
 def test_refused_money_forms_show_the_money_layers_message_and_write_nothing(node, redis_url):
     from upgate import transactions
 
