@@ -79,6 +79,7 @@ def test_a_deliberate_second_identical_top_up_is_made_knowingly(console, redis_u
     page.go_back()
     top_up(page, "2500", outcome="already recorded")
     assert_money(redis_url, account_id, ("topup", "2500"))
+    c.shoot("account-replayed")  # tests/.screenshots/: the replay's answer at its form
 
     with page.expect_navigation():
         page.get_by_role("link", name="Make another top-up").click()
