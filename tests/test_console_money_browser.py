@@ -14,8 +14,9 @@ from decimal import Decimal
 from tests.console_kit import admin_token
 from tests.gateway import seed
 from tests.load_kit import sync_client, wallet
-from tests.test_console_browser import Console, browser, console, sync_api  # noqa: F401 (fixtures)
-from upgate import store, transactions
+from tests.console.test_console_browser import Console, browser, console, sync_api  # noqa: F401 (fixtures)
+from upgate.services import transactions
+from upgate.store import connection as store
 
 expect = sync_api.expect
 OPENING = "1000"
