@@ -128,3 +128,20 @@ def test_refusals_exit_1_one_line_nothing_written(run, acct, redis_url, args, ne
     refused(run(*[a.replace("{acct}", acct) for a in args]), needle)
     refused(run(*[a.replace("{acct}", acct) for a in args], "--json"), needle)
     assert snapshot(redis_url) == before
+
+
+NFC, NFD = "pay-\u00e9t\u00e9", "pay-e\u0301te\u0301"  # one ref, composed and decomposed
+
+
+def test_a_ref_is_normalized_once_spaces_and_unicode_forms_replay(run, acct, r):
+    """"r ", " r" and the NFD spelling of a ref are that ref: a replay, never a second credit."""
+    first = ok_json(run("account", "topup", acct, "500", "--ref", NFD, "--json"))
+    assert first["replayed"] is False and first["transaction"]["ref"] == NFC
+    for spelling in (NFC, f" {NFC}", f"{NFD} ", f"\t{NFD}"):
+        again = ok_json(run("account", "topup", acct, "500", "--ref", spelling, "--json"))
+        assert again["replayed"] is True and again["transaction"] == first["transaction"], spelling
+    refused(run("account", "adjust", acct, "500", "--note", "x", "--ref", f" {NFD} "), "already used")
+    refused(run("account", "topup", acct, "500", "--ref", "   "), "ref must be")
+    txns = ok_json(run("account", "transactions", acct, "--json"))["transactions"]
+    assert [t["kind"] for t in txns] == ["topup", "opening"]
+    assert ok_json(run("account", "show", acct, "--json"))["balance_toman"] == "1500.000000"
