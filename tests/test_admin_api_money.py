@@ -159,3 +159,16 @@ def test_a_ref_is_normalized_once_body_and_idempotency_key_alike(api):
         assert again.json()["transaction"] == first.json()["transaction"]
     assert api.get(f"/accounts/{acct}").json()["balance_toman"] == "700.000000"
     assert [t["kind"] for t in api.get(f"/accounts/{acct}/transactions").json()["data"]] == ["topup", "opening"]
+
+
+def test_statement_csv_neutralises_cells_a_spreadsheet_would_run(api):
+    acct = api.account(balance="100")["id"]
+    assert api.post(f"/accounts/{acct}/topups", json={"amount_toman": "50", "ref": "=1+2",
+                                                      "note": "@SUM(A1)"}).status_code == 201
+    assert api.post(f"/accounts/{acct}/adjustments", json={"amount_toman": "-7", "ref": "-3",
+                                                           "note": "+calc"}).status_code == 201
+    resp = api.get(f"/accounts/{acct}/statement", params={"format": "csv"})
+    rows = {r["kind"]: r for r in csv.DictReader(io.StringIO(resp.text))}
+    assert (rows["topup"]["ref"], rows["topup"]["note"]) == ("'=1+2", "'@SUM(A1)")
+    assert (rows["adjustment"]["ref"], rows["adjustment"]["note"]) == ("'-3", "'+calc")
+    assert rows["adjustment"]["amount_toman"] == "-7.000000"

@@ -17,11 +17,9 @@ refused (`InvalidMonth`).
 """
 from __future__ import annotations
 
-import csv
-import io
 import re
 
-from upgate import jalali, keyspace, money, store, transactions
+from upgate import csv_safe, jalali, keyspace, money, store, transactions
 from upgate.accounts import AccountError, UnknownAccount, normalize_id
 
 MONTH = re.compile(r"^([0-9]{4})-([0-9]{2})$")
@@ -135,12 +133,7 @@ def to_csv(st: dict) -> str:
     rows += [m[2] for m in sorted(moves, key=lambda m: (m[0], m[1]))]
     rows.append({"kind": "closing_balance", "amount_toman": st["closing_balance_toman"],
                  "requests": st["requests"]})
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=list(CSV_FIELDS), lineterminator="\n")
-    w.writeheader()
-    for row in rows:
-        w.writerow(row)
-    return buf.getvalue()
+    return csv_safe.write(CSV_FIELDS, rows)
 
 
 def _iso_ts(iso: str) -> float:
