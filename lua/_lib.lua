@@ -231,7 +231,9 @@ local function low_balance_check(wallet, outbox, state, index, account_id, now_m
 end
 
 -- key.monthly_limit_reached, once per key and Jalali month (a `limit_event:<month>` flag on the
--- key record): when admit refuses a request for the limit, or a settlement brings `spent` to it.
+-- key record), for a limit that spending reached: a settlement brings `spent` to it, or admit
+-- refuses a request while the settled `spent` is at it already (the limit was lowered). A hold
+-- too large for what is left is refused without it (nothing was spent reaching anything).
 local function limit_reached(key_record, outbox, state, index, account_id, key_id, month, limit, spent, now_ms)
   if rcall('HSETNX', key_record, 'limit_event:' .. month, '1') == 0 then
     return
