@@ -24,7 +24,8 @@ import time
 import orjson
 import redis.asyncio as aioredis
 
-from upgate import jalali, keyspace, lua_library, store
+from upgate.billing import jalali
+from upgate.store import connection as store, keyspace, lua_library
 from upgate.webhooks import events
 
 log = logging.getLogger("upgate")
