@@ -192,6 +192,24 @@ def test_statement_csv_download(node, redis_url):
     assert c.get(f"/admin/accounts/{account_id}/statement.csv?month=1405-13").status_code == 400
 
 
+def test_statement_csv_download_neutralises_cells_a_spreadsheet_would_run(node, redis_url):
+    import csv
+    import io
+
+    _key, account_id, _kid = seed(redis_url, balance="1000")
+    c = signed_in(node, admin_token(redis_url))
+    url = f"/admin/accounts/{account_id}"
+    token = xsrf(c.get(url).text)
+    assert c.post(url + "/topups", data={"_xsrf": token, "amount_toman": "50", "ref": "=HYPERLINK(1)",
+                                         "note": "+cmd"}).status_code == 303
+    assert c.post(url + "/adjustments", data={"_xsrf": token, "amount_toman": "-5", "ref": "@x",
+                                              "note": "-2+3"}).status_code == 303
+    rows = {r["kind"]: r for r in csv.DictReader(io.StringIO(c.get(url + "/statement.csv").text))}
+    assert (rows["topup"]["ref"], rows["topup"]["note"]) == ("'=HYPERLINK(1)", "'+cmd")
+    assert (rows["adjustment"]["ref"], rows["adjustment"]["note"]) == ("'@x", "'-2+3")
+    assert rows["adjustment"]["amount_toman"] == "-5.000000"
+
+
 def test_console_writes_are_in_the_admin_log_under_the_tokens_name(node, redis_url):
     import json
 
