@@ -199,3 +199,24 @@ def test_a_cookie_header_past_8_kb_is_431_before_any_page_parses_it(gateway):
         assert r.status_code == 431, (path, r.status_code)
     ok = httpx.get(gateway.url + "/admin/login", headers={"Cookie": "a=" + "b" * 7000}, timeout=30)
     assert ok.status_code == 200
+
+
+def test_a_route_without_the_guard_stops_the_app_from_being_made(monkeypatch):
+    """By construction: a dashboard page (or any) on a plain RequestHandler would let Tornado
+    buffer any body before its prepare(); make_app refuses it."""
+    import tornado.web
+
+    from upgate import app, console
+    from upgate.handlers.guard import BodyGuard
+
+    made = app.make_app(ctx=None)
+    assert all(issubclass(r.target, BodyGuard) for r in made.wildcard_router.rules)
+
+    class DashboardPage(tornado.web.RequestHandler):
+        def post(self) -> None:
+            self.write("ok")
+
+    routes = console.routes
+    monkeypatch.setattr(console, "routes", lambda ctx: [*routes(ctx), (r"/dashboard/", DashboardPage)])
+    with pytest.raises(TypeError, match="DashboardPage"):
+        app.make_app(ctx=None)
