@@ -19,8 +19,8 @@ from tornado.httputil import HTTPHeaders, format_timestamp
 from upgate import __version__
 from upgate.errors import GatewayError
 from upgate.handlers.guard import UNAUTHENTICATED_BODY_MAX, BodyGuard
-from upgate.ledger import store_unavailable
-from upgate.requests import BodyShape
+from upgate.billing.ledger import store_unavailable
+from upgate.handlers.requests import BodyShape
 
 log = logging.getLogger("upgate")
 
@@ -46,7 +46,7 @@ def new_request_id() -> str:
 
 
 def header_block_refusal() -> bytes:
-    """The 431 the HTTP layer writes for a header block past its limits (upgate/http1.py), before
+    """The 431 the HTTP layer writes for a header block past its limits (upgate/http/connection.py), before
     any handler exists: the spec's error shape and a request id all the same."""
     err, rid = GatewayError("request_header_too_large"), new_request_id()
     body = orjson.dumps(err.body())

@@ -44,7 +44,7 @@ class BodyGuard:
         # No per-request max_body_size: Tornado would refuse the chunk that crosses it with a
         # bare 400 before data_received sees it. The server-wide bound is far above the limit.
         ready = getattr(self.request.connection, "ready_for_body", None)
-        if ready is not None:  # upgate/http1.py: the body now, not two loop turns later
+        if ready is not None:  # upgate/http/connection.py: the body now, not two loop turns later
             ready()
 
     async def authenticate(self) -> None:
