@@ -36,6 +36,7 @@ setup(
     ],
     extras_require={
         "test": ["pytest>=8", "pytest-timeout>=2.3", "hypothesis>=6.100", "openai>=1.40", "httpx>=0.27",
+                 "anthropic>=0.40",  # the Messages API (tests/anthropic/)
                  "playwright>=1.40",  # the console's browser tests drive Debian's chromium
                  "openapi-spec-validator>=0.7", "schemathesis>=4"],  # the management API's document
         "bench": ["openai>=1.40", "py-spy>=0.3"],  # py-spy: python -m bench --profile

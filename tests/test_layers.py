@@ -9,7 +9,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # lowest first; a module may import its own layer and those below it, never above
 LAYERS = [
     ("base", ["upgate", "upgate.errors", "upgate.settings"]),
-    ("store, wire", ["upgate.store", "upgate.http", "upgate.upstream"]),
+    ("store, wire", ["upgate.store", "upgate.http", "upgate.upstream", "upgate.messages"]),
     ("money, catalog", ["upgate.billing", "upgate.catalog"]),
     ("services", ["upgate.services", "upgate.webhooks"]),
     ("faces", ["upgate.handlers", "upgate.console", "upgate.dashboard", "upgate.payments", "admin_cli",
@@ -17,7 +17,8 @@ LAYERS = [
     ("entry points", ["upgate.app", "upgate.context", "upgate.server", "upgate.cli", "upgate.demo"]),
 ]
 # `upstream/` knows nothing of money: not even the units it is counted in
-FORBIDDEN = [("upgate.upstream", "upgate.billing"), ("upgate.upstream", "upgate.services"),
+FORBIDDEN = [("upgate.messages", "upgate.billing"), ("upgate.messages", "upgate.store"),
+             ("upgate.upstream", "upgate.billing"), ("upgate.upstream", "upgate.services"),
              ("upgate.upstream", "upgate.store")]
 
 

@@ -9,6 +9,7 @@ from upgate.handlers.base import NotFoundHandler, ResponsesHandler
 from upgate.handlers.guard import unguarded
 from upgate.handlers.health import HealthHandler, MetricsHandler
 from upgate.handlers.me import MeHandler
+from upgate.handlers.messages import CountTokensHandler, MessagesHandler
 from upgate.handlers.models import ModelHandler, ModelsHandler
 from upgate.handlers.proxy import ChatHandler, CompletionsHandler, EmbeddingsHandler
 from upgate.handlers.usage import UsageHandler
@@ -24,6 +25,8 @@ def make_app(ctx, **settings) -> tornado.web.Application:
         (r"/v1/chat/completions", ChatHandler, d),
         (r"/v1/embeddings", EmbeddingsHandler, d),
         (r"/v1/completions", CompletionsHandler, d),
+        (r"/v1/messages", MessagesHandler, d),  # the Anthropic Messages API (handlers/messages.py)
+        (r"/v1/messages/count_tokens", CountTokensHandler, d),
         (r"/v1/models", ModelsHandler, d),
         (r"/v1/models/(.+)", ModelHandler, d),
         (r"/v1/svc/me", MeHandler, d),

@@ -42,6 +42,7 @@ class _Snapshot:
                 log.warning("catalog: unreadable price-sync record for provider %s", provider)
         self.visible = [m for m in models if not m.hidden]
         self.by_id = {m.id: m for m in self.visible}
+        self.by_alias = {a: m for m in self.visible for a in m.aliases}
         # rendered once per version: the models endpoints never re-render per request
         records = [model_record(m, created) for m in self.visible]
         self.list_body = orjson.dumps({"object": "list", "data": records})
@@ -135,6 +136,9 @@ class Catalog:
         return snap
 
     def _lookup(self, model_id: str) -> tuple[_Snapshot, Model]:
+        snap = self._snap
+        if snap is not None and snap.by_alias and model_id in snap.by_alias:
+            return snap, snap.by_alias[model_id]  # an agent's name for a catalog model
         if not valid_id(model_id):
             raise not_found(str(model_id))
         snap = self._require()

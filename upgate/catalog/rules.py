@@ -11,6 +11,8 @@ Resolving a model id (``catalog_cache.Catalog.resolve``), in this order:
    404 ``model_not_found`` even before any catalog was loaded: no catalog could ever hold it.
 2. No catalog loaded yet → 503 ``pricing_unavailable``.
 3. An id that is not in the catalog, or is ``hidden``, → 404 ``model_not_found``.
+
+A model's ``aliases`` (``upgate.catalog.aliases``) are looked up first, before the id's shape.
 """
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 
 from upgate.billing import money
+from upgate.catalog import aliases as alias_rules
 from upgate.errors import GatewayError
 
 # <provider>/<model>[/<more>][:free|:batch|:online], lowercase. Every path segment starts with
@@ -36,7 +39,7 @@ CACHE_PRICE_FIELDS = ("cached_prompt_toman_per_million", "cache_write_toman_per_
 ALL_PRICE_FIELDS = PRICE_FIELDS + CACHE_PRICE_FIELDS
 _REQUIRED_PRICES = ("prompt_toman_per_million", "completion_toman_per_million")
 _FIELDS = frozenset({"id", "provider", "upstream_model", "name", *ALL_PRICE_FIELDS, "capabilities",
-                     "context_length", "max_output_tokens", "hidden"})
+                     "context_length", "max_output_tokens", "hidden"}) | {"aliases"}
 _DECIMAL = re.compile(r"^[0-9]+(?:\.[0-9]+)?$")
 _ZERO = money.to_decimal(0)
 
@@ -70,6 +73,7 @@ class Model:
     hidden: bool = False
     cached_prompt_toman_per_million: Decimal | None = None  # None: the prompt price
     cache_write_toman_per_million: Decimal | None = None  # None: the prompt price
+    aliases: tuple[str, ...] = ()  # other names it answers to (upgate/catalog/aliases.py)
     free: bool = field(init=False)  # id ends with ":free"
     online: bool = field(init=False)  # id ends with ":online"
     # The prices as exact integers, for pricing without Decimal on every request: (prompt,
@@ -102,7 +106,7 @@ class Model:
                for f in CACHE_PRICE_FIELDS},
             "capabilities": sorted(self.capabilities),
             "context_length": self.context_length, "max_output_tokens": self.max_output_tokens,
-            "hidden": self.hidden,
+            "hidden": self.hidden, "aliases": list(self.aliases),
         }
 
     @classmethod
@@ -113,7 +117,7 @@ class Model:
             **{f: Decimal(d[f]) for f in CACHE_PRICE_FIELDS if d.get(f) is not None},
             capabilities=frozenset(d["capabilities"]),
             context_length=d.get("context_length"), max_output_tokens=d.get("max_output_tokens"),
-            hidden=bool(d.get("hidden", False)),
+            hidden=bool(d.get("hidden", False)), aliases=tuple(d.get("aliases") or ()),
         )
 
 
@@ -214,6 +218,10 @@ def _entry(index: int, entry: object, provider_names: set[str] | None) -> Model:
     hidden = entry.get("hidden", False)
     if not isinstance(hidden, bool):
         raise CatalogError(f"{where}: hidden must be true or false, got {hidden!r}")
+    try:
+        names = alias_rules.parse(entry.get("aliases"))
+    except alias_rules.AliasError as e:
+        raise CatalogError(f"{where}: {e}") from None
 
     return Model(
         id=mid,
@@ -224,6 +232,7 @@ def _entry(index: int, entry: object, provider_names: set[str] | None) -> Model:
         context_length=_opt_int(where, "context_length", entry.get("context_length")),
         max_output_tokens=_opt_int(where, "max_output_tokens", entry.get("max_output_tokens")),
         hidden=hidden,
+        aliases=names,
         **prices,
     )
 
@@ -276,6 +285,10 @@ def validate(entries: list, provider_names: set[str] | None) -> list[Model]:
             raise CatalogError(f"{_where(i, entry)}: duplicate id, first defined in entry {first[m.id] + 1}")
         first[m.id] = i
         models.append(m)
+    try:
+        alias_rules.check_unique(models)
+    except alias_rules.AliasError as e:
+        raise CatalogError(str(e)) from None
     return models
 
 

@@ -163,7 +163,11 @@ class BaseHandler(BodyGuard, tornado.web.RequestHandler):
         self._apply_rate()
         for name, value in err.headers().items():
             self.set_header(name, value)
-        self.finish(orjson.dumps(err.body(self.NAMES_PARAM)))
+        self.finish(self.error_bytes(err))
+
+    def error_bytes(self, err: GatewayError) -> bytes:
+        """The error's body: the spec's shape (handlers/messages.py: the Messages API's)."""
+        return orjson.dumps(err.body(self.NAMES_PARAM))
 
     def log_exception(self, typ, value, tb) -> None:
         # Expected errors are one warning line at most; only the unexpected get a traceback.

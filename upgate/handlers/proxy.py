@@ -24,7 +24,7 @@ from upgate.billing.output_count import as_ours, chars_output, estimate_tokens, 
 from upgate.billing.refusals import LARGE_BODY
 from upgate.handlers.requests import parse_json, validate, wants_web_search
 from upgate.upstream.client import UpstreamCut, UpstreamTimeout, UpstreamUnreachable
-from upgate.upstream.dialects import prepare_body
+from upgate.upstream.dialects import decode_answer, prepare_body
 from upgate.upstream.errors import body_error_message, map_error
 
 log = logging.getLogger("upgate")
@@ -81,13 +81,13 @@ class ProxyHandler(StreamRelay, BaseHandler):
                              for m in ctx.catalog.visible())
             await ctx.refusals.check_balance(ctx.redis, key.account_id, len(raw), free_model)
         try:
-            req = validate(parse_json(raw, shape_checked=True), self.ROUTE)
+            req = self._request(parse_json(raw, shape_checked=True))
             self._body = []
             models = [ctx.catalog.resolve(m) for m in req.model_ids]
             for m in models:
                 if self.CAPABILITY not in m.capabilities:
                     raise GatewayError("invalid_request", f"Model {m.id} does not support {self.PATH}.")
-            check_allowed(key.allowed_models, req.model_ids)
+            check_allowed(key.allowed_models, [m.id for m in models])  # (an alias checks as its model)
             self._check_cold(models)
         except GatewayError:
             await self._peek_rate(key)
@@ -261,7 +261,7 @@ class ProxyHandler(StreamRelay, BaseHandler):
         try:
             raw = await call.body()
             self._attempt_over()
-            obj = orjson.loads(raw)
+            obj = decode_answer(self._dialect(model), raw)
             if not isinstance(obj, dict):
                 raise ValueError("not an object")
         except UpstreamTimeout:  # headers, then not one body byte within the silence limit
@@ -279,7 +279,7 @@ class ProxyHandler(StreamRelay, BaseHandler):
         await self._settle(model, body, prompt, completion, usage)
         as_ours(obj, model)
         self._add_meta(obj, model)
-        self.finish(orjson.dumps(obj))
+        self.finish(self._answer_bytes(obj))
 
     # ---- billing
     async def _settle(self, model, body, prompt: int, completion: int, usage: dict | None = None,
@@ -346,6 +346,20 @@ class ProxyHandler(StreamRelay, BaseHandler):
                 "request_id": self.request_id, "cost_toman": money.fmt(self.cost_micro),
                 "hold_toman": money.fmt(self.hold.hold_micro), "model": model.id,
             }
+
+    # ---- the client's and the provider's wire formats (hooks: handlers/messages.py speaks the
+    # Messages API to its client; a provider's dialect decodes to chat, upstream/dialects.py)
+    def _request(self, body: dict):
+        """The validated request (ProxyRequest) for a parsed body."""
+        return validate(body, self.ROUTE)
+
+    def _answer_bytes(self, obj: dict) -> bytes:
+        """A JSON answer (chat shape, settled) as the client's bytes."""
+        return orjson.dumps(obj)
+
+    def _dialect(self, model) -> str:
+        provider = self.ctx.providers.get(model.provider)
+        return provider.dialect if provider is not None else "openai"
 
     # ---- lifecycle
     def on_connection_close(self) -> None:

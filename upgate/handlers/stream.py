@@ -17,6 +17,7 @@ from upgate.errors import GatewayError
 from upgate.billing.output_count import as_list, as_ours, chars_output, estimate_tokens, usage_tokens
 from upgate.upstream import sse
 from upgate.upstream.client import UpstreamCut, UpstreamTimeout
+from upgate.upstream.dialects import stream_parser
 from upgate.upstream.errors import body_error_message
 
 _BATCH = 64 * 1024  # bytes of a stream's backlog written before waiting for the client
@@ -68,7 +69,7 @@ class StreamRelay:
         report it on every chunk, and the first is not the bill. The client's headers go out
         with the first event (or the first keep-alive): a provider that answers 200 and then
         fails before any event is a failed candidate, and the next `models` entry is tried."""
-        parser = sse.SSEParser()
+        parser = stream_parser(self._dialect(model))
         # The gateway asked upstream for usage on the client's behalf; a client that did not ask
         # must not get a chunk with empty `choices` (common code indexes choices[0]).
         meta = self._meta
@@ -101,7 +102,7 @@ class StreamRelay:
                 if not self._generated and _finishes(payload, obj):
                     self._generated = True
                 as_ours(obj, model)
-                sent.append(sse.event(orjson.dumps(obj)))
+                sent.append(self._sse(obj))
                 last = obj
             if sent:
                 out.write(b"".join(sent))
@@ -119,7 +120,7 @@ class StreamRelay:
         def send(obj: dict) -> int:
             nonlocal last
             as_ours(obj, model)
-            event = sse.event(orjson.dumps(obj))
+            event = self._sse(obj)
             if not self._sse_open:
                 self._open_sse()  # the headers leave with the first event
             self.write(event)
@@ -226,7 +227,24 @@ class StreamRelay:
                     "total_tokens": prompt + completion, "estimated": True})
                 self._add_meta(chunk, model)
                 send(chunk)
-        self.finish(sse.DONE)
+        self.finish(self._sse_end())
+
+    # ---- the client's stream format (hooks: handlers/messages.py sends the Messages API's events)
+    def _sse(self, obj: dict) -> bytes:
+        """One chunk (chat shape) as the client's bytes."""
+        return sse.event(orjson.dumps(obj))
+
+    def _sse_end(self) -> bytes:
+        return sse.DONE
+
+    def _sse_error(self, err: GatewayError, model_id: str) -> bytes:
+        """One last chunk-shaped event with an `error` object: the openai client raises on it."""
+        return sse.event(orjson.dumps({
+            "id": "gen-" + self.request_id, "object": "chat.completion.chunk",
+            "created": int(time.time()), "model": model_id,
+            "choices": [{"index": 0, "delta": {}, "finish_reason": "error"}],
+            "error": err.body()["error"],
+        }))
 
     def _usage_chunk(self, model, last: dict, usage: dict) -> dict:
         """A usage chunk of our own, shaped like the stream's last chunk."""
@@ -260,17 +278,11 @@ class StreamRelay:
         self._finish_sse_error(err, model.id)
 
     def _finish_sse_error(self, err: GatewayError, model_id: str) -> None:
-        """One last chunk-shaped event with an `error` object: the openai client raises on it."""
-        chunk = {
-            "id": "gen-" + self.request_id, "object": "chat.completion.chunk",
-            "created": int(time.time()), "model": model_id,
-            "choices": [{"index": 0, "delta": {}, "finish_reason": "error"}],
-            "error": err.body()["error"],
-        }
+        """The stream's last event: the failure, in the client's format (_sse_error)."""
         self.error = err
         self._open_sse()
         try:
-            self.finish(sse.event(orjson.dumps(chunk)))
+            self.finish(self._sse_error(err, model_id))
         except tornado.iostream.StreamClosedError:
             self._gone = True
 

@@ -22,6 +22,8 @@ unknown fields unchanged), over process-wide defaults set with `POST /_mock/conf
   with a call of the first tool, its arguments spread over the chunks), cached_tokens N and
   cache_write_tokens N (reported in usage.prompt_tokens_details), cost (USD, reported as
   usage.cost like OpenRouter).
+`POST /v1/messages` speaks the Messages API: a provider of the `anthropic` dialect
+(upgate/mock/anthropic.py).
 For a non-stream response, cut_after / silence_after act after the headers (N = 0) or
 after half the body (N > 0).
 
@@ -41,6 +43,7 @@ import orjson
 from tornado import netutil, web
 
 from upgate.http.connection import HTTP1Server
+from upgate.mock import anthropic
 from upgate.mock.behaviour import MAX_WAIT_S, MODELS, MockState, MockHandler, AnswerHandler, prompt_tokens
 
 
@@ -220,6 +223,7 @@ def make_app(state: MockState | None = None) -> web.Application:
         (r"/v1/chat/completions", ChatHandler, args),
         (r"/v1/completions", CompletionsHandler, args),
         (r"/v1/embeddings", EmbeddingsHandler, args),
+        (r"/v1/messages", anthropic.MessagesHandler, args),  # the anthropic dialect (mock/anthropic.py)
         (r"/v1/models", ModelsHandler, args),
         (r"/_mock/config", ConfigHandler, args),
         (r"/_mock/stats", StatsHandler, args),

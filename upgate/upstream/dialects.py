@@ -9,13 +9,20 @@ plugins, provider, transforms, unknown fields), except:
   gateway chose, and usage is always asked for, in the provider's dialect, so settlement has
   real numbers. Embeddings have no stream and always report usage, and OpenAI refuses
   unknown fields there: their body gets nothing added.
+
+The `anthropic` dialect speaks the Messages API (upstream/anthropic.py): its request body,
+its answer and its stream are translated at this edge, so everything above sees chat
+completions. It serves the chat route only (a Messages client's body goes as it is).
 """
 
 from typing import Any
 
 import orjson
 
-DIALECTS = ("openrouter", "openai")
+from upgate.upstream import anthropic
+from upgate.upstream.sse import SSEParser
+
+DIALECTS = ("openrouter", "openai", "anthropic")
 GENERATING = ("chat/completions", "completions")  # the routes that stream and take usage options
 
 
@@ -25,6 +32,10 @@ def prepare_body(body: dict, dialect: str, upstream_model: str, stream_upstream:
     left untouched (fallback reuses it)."""
     if dialect not in DIALECTS:
         raise ValueError(f"unknown dialect {dialect!r}")
+    if dialect == "anthropic":
+        if path != "chat/completions":
+            raise ValueError(f"the anthropic dialect serves chat/completions only, not {path}")
+        return orjson.dumps(anthropic.request_body(body, upstream_model, stream_upstream))
     out: dict[str, Any] = dict(body)
     out["model"] = upstream_model
     out.pop("models", None)
@@ -46,3 +57,13 @@ def prepare_body(body: dict, dialect: str, upstream_model: str, stream_upstream:
         else:
             out.pop("stream_options", None)  # "stream_options is only allowed when stream is true"
     return orjson.dumps(out)
+
+
+def stream_parser(dialect: str):
+    """The parser of a provider's stream: `.feed(bytes)` → chat-chunk payloads (and [DONE])."""
+    return anthropic.StreamParser() if dialect == "anthropic" else SSEParser()
+
+
+def decode_answer(dialect: str, raw: bytes):
+    """A provider's JSON answer as a chat answer (ValueError when it is not JSON)."""
+    return anthropic.chat_answer(raw) if dialect == "anthropic" else orjson.loads(raw)

@@ -4,7 +4,7 @@
 [providers.openrouter]
 base_url = "https://openrouter.ai/api/v1"   # chat/completions, embeddings, completions are appended
 api_key_env = "OPENROUTER_API_KEY"          # the key itself stays in the environment
-dialect = "openrouter"                      # or "openai"
+dialect = "openrouter"                      # or "openai", or "anthropic" (the Messages API)
 bill_by = "provider_cost"                   # optional; default "tokens" (docs/prices.md)
 ```
 
@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Mapping
 from urllib.parse import urlsplit
 
+from upgate.upstream.anthropic import VERSION as ANTHROPIC_VERSION
 from upgate.upstream.dialects import DIALECTS
 
 log = logging.getLogger("upgate.upstream")
@@ -44,11 +45,19 @@ class Provider:
     bill_by: str = "tokens"
 
     def url(self, path: str) -> str:
-        """`url("chat/completions")` → `<base_url>/chat/completions`."""
+        """`url("chat/completions")` → `<base_url>/chat/completions` (`<base_url>/messages` for
+        the anthropic dialect, whose base_url ends in /v1 like the others)."""
+        if self.dialect == "anthropic" and path == "chat/completions":
+            path = "messages"
         return self.base_url.rstrip("/") + "/" + path.lstrip("/")
 
     def headers(self) -> dict[str, str]:
         headers = {"Content-Type": "application/json"}
+        if self.dialect == "anthropic":  # the Messages API's own headers
+            headers["anthropic-version"] = ANTHROPIC_VERSION
+            if self.api_key:
+                headers["x-api-key"] = self.api_key
+            return headers
         if self.api_key:
             headers["Authorization"] = "Bearer " + self.api_key
         return headers

@@ -1,0 +1,45 @@
+"""Catalog `aliases`: other names a model answers to, so an agent's default model names
+(`claude-sonnet-4-5`, `claude-3-5-haiku-20241022`, …) resolve to a catalog id on every route
+(DESIGN.md, "Agent clients"). Pure rules, no I/O.
+
+An alias is matched exactly (case included, as the agent sends it), names one visible model,
+and may not be another model's id or another model's alias: a name never means two models.
+The key's allowed_models, the hold, the charge and the request record use the catalog id.
+"""
+from __future__ import annotations
+
+import re
+
+ALIAS = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@/-]{0,199}$")
+MAX_ALIASES = 32
+
+
+class AliasError(ValueError):
+    """An alias list is refused; the message names the alias."""
+
+
+def parse(value: object) -> tuple[str, ...]:
+    """An entry's `aliases` field (absent: none)."""
+    if value is None:
+        return ()
+    if not isinstance(value, list) or len(value) > MAX_ALIASES or not all(isinstance(a, str) for a in value):
+        raise AliasError(f"aliases must be a list of at most {MAX_ALIASES} strings")
+    for a in value:
+        if not ALIAS.match(a):
+            raise AliasError(f"alias {a!r} must be letters, digits and . _ : @ / - (at most 200)")
+    if len(set(value)) != len(value):
+        raise AliasError("aliases lists a name twice")
+    return tuple(value)
+
+
+def check_unique(models) -> None:
+    """Every alias names one model and is no model's id."""
+    ids = {m.id for m in models}
+    seen: dict[str, str] = {}
+    for m in models:
+        for a in m.aliases:
+            if a in ids:
+                raise AliasError(f"{m.id}: alias {a!r} is the id of a model")
+            if a in seen:
+                raise AliasError(f"{m.id}: alias {a!r} already names {seen[a]}")
+            seen[a] = m.id
