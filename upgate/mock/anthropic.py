@@ -46,9 +46,7 @@ class MessagesHandler(AnswerHandler):
             return self._error(400, "max_tokens: Field required")
         steps = self.n_chunks()
         system = body.get("system")
-        prompt = prompt_tokens(body.get("messages", [])) + prompt_tokens(
-            system if isinstance(system, str) else system or [])
-        prompt = max(1, prompt)
+        prompt = prompt_tokens([body.get("messages", []), system or []])
         cached, write = (int(self.opts.get(f, 0)) for f in ("cached_tokens", "cache_write_tokens"))
         usage = {"input_tokens": max(0, prompt - cached - write), "output_tokens": steps,
                  "cache_read_input_tokens": cached, "cache_creation_input_tokens": write}

@@ -1,0 +1,150 @@
+"""The Messages API end to end: the real `anthropic` SDK → a running gateway node → the mock
+provider (chat dialect, and the anthropic dialect's /v1/messages), billed on a private Redis.
+Money is checked to the micro-toman, against what the chat route charges for the same usage."""
+from __future__ import annotations
+
+import anthropic
+import httpx
+import openai
+import pytest
+
+from tests.anthropic.conftest import CACHED, COMPLETION, PROMPT, sdk
+from tests.gateway import seed
+from tests.handlers.test_proxy import wallet
+
+HELLO = [{"role": "user", "content": "Hello there, gateway!"}]  # 21 chars: the mock counts 5 tokens
+FIVE = "tok0 tok1 tok2 tok3 tok4 "
+TOOL = {"name": "get_weather", "description": "The weather in a city",
+        "input_schema": {"type": "object", "properties": {"t": {"type": "string"}}}}
+
+
+def configure(mock, **switches) -> None:
+    httpx.post(f"http://127.0.0.1:{mock.port}/_mock/config", json=switches).raise_for_status()
+
+
+def last_upstream(mock) -> dict:
+    return httpx.get(f"http://127.0.0.1:{mock.port}/_mock/stats").json()
+
+
+def charged(redis_url, account_id, before) -> int:
+    after = wallet(redis_url, account_id)
+    assert after["held"] == 0
+    return before["balance"] - after["balance"]
+
+
+@pytest.mark.parametrize("model", ["mock/chat-1", "claude-sonnet-4-5"])
+def test_message_is_billed_like_chat(claude_node, redis_url, funded, mock, model):
+    """A Message through a chat upstream and through the anthropic dialect (by its alias):
+    the answer, its usage, the headers, and the charge the chat route makes for 5 + 5 tokens."""
+    key, account_id, _ = funded
+    before = wallet(redis_url, account_id)
+    raw = sdk(claude_node, key).messages.with_raw_response.create(model=model, max_tokens=100, messages=HELLO)
+    msg = raw.parse()
+    assert msg.type == "message" and msg.role == "assistant"
+    assert [b.type for b in msg.content] == ["text"] and msg.content[0].text == FIVE
+    assert msg.stop_reason == "end_turn"
+    assert (msg.usage.input_tokens, msg.usage.output_tokens) == (5, 5)
+    assert raw.headers["request-id"] == raw.headers["X-Svc-Request-Id"] == msg._request_id
+    assert raw.headers["X-RateLimit-Remaining"] == "59"
+    assert charged(redis_url, account_id, before) == 5 * PROMPT + 5 * COMPLETION
+    # the same usage through /v1/chat/completions costs the same
+    before = wallet(redis_url, account_id)
+    chat = openai.OpenAI(base_url=claude_node.base, api_key=key, max_retries=0)
+    chat.chat.completions.create(model="mock/chat-1", messages=HELLO, max_tokens=100)
+    assert charged(redis_url, account_id, before) == 5 * PROMPT + 5 * COMPLETION
+
+
+@pytest.mark.parametrize("model", ["mock/chat-1", "anthropic/claude-sonnet-4.5"])
+def test_stream_helper_gets_text_and_usage(claude_node, redis_url, funded, model):
+    key, account_id, _ = funded
+    before = wallet(redis_url, account_id)
+    with sdk(claude_node, key).messages.stream(model=model, max_tokens=100, messages=HELLO) as stream:
+        text = "".join(stream.text_stream)
+        final = stream.get_final_message()
+    assert text == FIVE
+    assert final.stop_reason == "end_turn"
+    assert final.usage.output_tokens == 5
+    assert charged(redis_url, account_id, before) == 5 * PROMPT + 5 * COMPLETION
+
+
+@pytest.mark.parametrize("model", ["mock/chat-1", "anthropic/claude-sonnet-4.5"])
+@pytest.mark.parametrize("stream", [False, True])
+def test_tools_round_trip(claude_node, funded, mock, model, stream):
+    """tool_use out, tool_result back: the chat upstream gets tool_calls and a tool message, the
+    anthropic upstream the blocks as the client sent them."""
+    key = funded[0]
+    client = sdk(claude_node, key)
+    configure(mock, tool_calls=True)
+    ask = [{"role": "user", "content": "Weather in Tehran?"}]
+    if stream:
+        with client.messages.stream(model=model, max_tokens=100, messages=ask, tools=[TOOL]) as s:
+            msg = s.get_final_message()
+    else:
+        msg = client.messages.create(model=model, max_tokens=100, messages=ask, tools=[TOOL])
+    assert msg.stop_reason == "tool_use"
+    call = msg.content[-1]
+    assert call.type == "tool_use" and call.name == "get_weather" and call.input == {"t": FIVE}
+    configure(mock, tool_calls=False)
+    follow = ask + [{"role": "assistant", "content": [c.model_dump() for c in msg.content]},
+                    {"role": "user", "content": [{"type": "tool_result", "tool_use_id": call.id, "content": "sunny"}]}]
+    answer = client.messages.create(model=model, max_tokens=100, messages=follow, tools=[TOOL])
+    assert answer.content[0].text == FIVE
+    sent = last_upstream(mock)["last_body"]
+    if model.startswith("mock/"):
+        assert sent["messages"][-2]["tool_calls"][0]["function"]["name"] == "get_weather"
+        assert sent["messages"][-1] == {"role": "tool", "tool_call_id": call.id, "content": "sunny"}
+        assert sent["tools"][0]["function"]["parameters"] == TOOL["input_schema"]
+    else:
+        assert sent["messages"][-1]["content"][0] == {"type": "tool_result", "tool_use_id": call.id,
+                                                      "content": "sunny"}
+
+
+def test_count_tokens_is_unbilled_and_local(claude_node, redis_url, funded, mock):
+    key, account_id, _ = funded
+    before, calls = wallet(redis_url, account_id), last_upstream(mock)["requests"]
+    out = sdk(claude_node, key).messages.count_tokens(model="claude-sonnet-4-5", messages=HELLO, system="Be brief.")
+    assert out.input_tokens > 0
+    assert charged(redis_url, account_id, before) == 0
+    assert last_upstream(mock)["requests"] == calls
+
+
+def test_each_error_class(claude_node, redis_url, funded, mock):
+    key, account_id, _ = funded
+    client = sdk(claude_node, key)
+
+    def fails(exc, status, etype, code, call=None, c=client):
+        with pytest.raises(exc) as info:
+            (call or (lambda: c.messages.create(model="mock/chat-1", max_tokens=10, messages=HELLO)))()
+        e = info.value
+        assert e.status_code == status, e
+        assert e.body["type"] == "error"
+        assert e.body["error"]["type"] == etype and e.body["error"]["code"] == code
+        assert e.response.headers["request-id"] == e.response.headers["X-Svc-Request-Id"]
+        return e
+
+    fails(anthropic.AuthenticationError, 401, "authentication_error", "invalid_api_key",
+          c=sdk(claude_node, "sk-up-" + "x" * 40))
+    fails(anthropic.NotFoundError, 404, "not_found_error", "model_not_found",
+          lambda: client.messages.create(model="claude-opus-9", max_tokens=10, messages=HELLO))
+    narrow = seed(redis_url, phone="09120000001", allowed_models=["mock/chat-1"])[0]
+    fails(anthropic.PermissionDeniedError, 403, "permission_error", "model_not_allowed",
+          lambda: sdk(claude_node, narrow).messages.create(model="claude-sonnet-4-5", max_tokens=10, messages=HELLO))
+    broke = seed(redis_url, phone="09120000002", balance="0")[0]
+    e = fails(anthropic.APIStatusError, 402, "billing_error", "insufficient_balance", c=sdk(claude_node, broke))
+    assert set(e.body["error"]["svc"]) >= {"balance_toman", "available_toman", "required_toman"}
+    slow = seed(redis_url, phone="09120000003", rpm=1)[0]
+    sdk(claude_node, slow).messages.create(model="mock/chat-1", max_tokens=10, messages=HELLO)
+    e = fails(anthropic.RateLimitError, 429, "rate_limit_error", "rate_limit_exceeded", c=sdk(claude_node, slow))
+    assert int(e.response.headers["Retry-After"]) >= 1
+    fails(anthropic.InternalServerError, 503, "overloaded_error", "upstream_unavailable",
+          lambda: client.messages.create(model="dead/chat", max_tokens=10, messages=HELLO))
+    configure(mock, status=500)
+    fails(anthropic.InternalServerError, 502, "api_error", "upstream_error")
+    configure(mock, status=0)
+    # max_tokens is required, as in the Messages API (the SDK would not send the request)
+    r = httpx.post(claude_node.base + "/messages", headers={"x-api-key": key, "anthropic-version": "2023-06-01"},
+                   json={"model": "mock/chat-1", "messages": HELLO})
+    assert r.status_code == 400
+    assert r.json()["error"] == {"type": "invalid_request_error", "message": "`max_tokens` is required.",
+                                 "code": "invalid_request"}
+    assert r.headers["x-should-retry"] == "false"
