@@ -144,3 +144,22 @@ def check_low_balance(micro) -> int:
     if isinstance(micro, bool) or not isinstance(micro, int) or not 0 <= micro <= money.MAX_MICRO:
         raise InvalidAmount("low_balance_toman must be a toman amount from 0 to 2^53 micro-toman")
     return micro
+
+
+# ---- months (statements, transaction lists) ----------------------------------------------------
+
+MONTH = re.compile(r"^([0-9]{4})-([0-9]{2})$")
+
+
+class InvalidMonth(AccountError):
+    """A month is not a Jalali YYYY-MM, or is outside what a statement can cover."""
+
+    field = "month"
+
+
+def check_month(text) -> str:
+    """The month as "YYYY-MM" when it is a real Jalali month, else `InvalidMonth`."""
+    m = MONTH.match(text.strip()) if isinstance(text, str) else None
+    if not m or not 1 <= int(m.group(2)) <= 12 or not 1300 <= int(m.group(1)) <= 1500:
+        raise InvalidMonth(f"month must be a Jalali month YYYY-MM (like 1405-09), got {text!r}")
+    return m.group(0)

@@ -7,14 +7,10 @@ from __future__ import annotations
 
 import asyncio
 import re
-from typing import TYPE_CHECKING
 
 from tornado import httputil
 from tornado.http1connection import is_transfer_encoding_chunked, parse_hex_int, parse_int
 from tornado.log import app_log
-
-if TYPE_CHECKING:
-    from upgate.http1 import Connection
 
 _CONTINUE = b"HTTP/1.1 100 (Continue)\r\n\r\n"
 _CHUNK = 65536  # largest body piece handed to a handler at once
@@ -43,7 +39,8 @@ class Request(httputil.HTTPConnection):
     """One request on a Connection: its body framing on the way in, its response on the way out
     (Tornado's HTTPConnection interface: write_headers, write, finish, set_close_callback)."""
 
-    def __init__(self, conn: Connection, start_line: httputil.RequestStartLine,
+    def __init__(self, conn,  # its upgate.http1.Connection (which imports this module)
+                 start_line: httputil.RequestStartLine,
                  headers: httputil.HTTPHeaders) -> None:
         self.conn = conn
         self.context = conn.context

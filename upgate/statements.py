@@ -19,27 +19,12 @@ from __future__ import annotations
 
 import csv
 import io
-import re
 
 from upgate import jalali, keyspace, money, store, transactions
-from upgate.accounts import AccountError, UnknownAccount, normalize_id
+from upgate.account_rules import (  # noqa: F401  (check_month is part of this module's API)
+    MONTH, InvalidMonth, UnknownAccount, check_month, normalize_id)
 
-MONTH = re.compile(r"^([0-9]{4})-([0-9]{2})$")
 MAX_MONTHS_BACK = 12  # usage hashes (the charges) live 400 days
-
-
-class InvalidMonth(AccountError):
-    """A month is not a Jalali YYYY-MM, or is outside what a statement can cover."""
-
-    field = "month"
-
-
-def check_month(text) -> str:
-    """The month as "YYYY-MM" when it is a real Jalali month, else `InvalidMonth`."""
-    m = MONTH.match(text.strip()) if isinstance(text, str) else None
-    if not m or not 1 <= int(m.group(2)) <= 12 or not 1300 <= int(m.group(1)) <= 1500:
-        raise InvalidMonth(f"month must be a Jalali month YYYY-MM (like 1405-09), got {text!r}")
-    return m.group(0)
 
 
 def _index(month: str) -> int:

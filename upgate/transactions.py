@@ -21,8 +21,8 @@ import orjson
 import redis
 
 from upgate import jalali, keyspace, lua_library, money, store
-from upgate.accounts import (AccountError, BalanceOutOfRange, InvalidAmount, UnknownAccount,
-                             normalize_id, parse_amount)
+from upgate.account_rules import (AccountError, BalanceOutOfRange, InvalidAmount, UnknownAccount,
+                                  check_month, normalize_id, parse_amount)
 
 MAX_REF = 128  # characters
 MAX_NOTE = 500  # characters
@@ -232,8 +232,6 @@ def _noon(jday) -> float:
 
 def list_transactions(client, account_id: str, month: str | None = None) -> list[dict]:
     """The account's transactions, newest first; only those of one Jalali month if given."""
-    from upgate.statements import check_month
-
     acct = normalize_id(account_id)
     if month is not None:
         month = check_month(month)
