@@ -2,7 +2,7 @@
 import re
 from pathlib import Path
 
-from setuptools import setup
+from setuptools import find_packages, setup
 
 VERSION = re.search(r'__version__ = "([^"]+)"', Path("upgate/__init__.py").read_text()).group(1)
 
@@ -15,8 +15,7 @@ setup(
     python_requires=">=3.11",
     # lua/ lives at the top level (readable as Redis scripts) but ships inside the package
     # as upgate.lua, so a non-editable install carries every file the code opens.
-    packages=["upgate", "upgate.handlers", "upgate.handlers.admin", "upgate.upstream", "upgate.webhooks",
-              "upgate.lua", "upgate.console", "admin_cli"],
+    packages=find_packages(include=["upgate", "upgate.*", "admin_cli"]) + ["upgate.lua"],
     package_dir={"upgate.lua": "lua"},
     package_data={"upgate.lua": ["*.lua"], "upgate": ["*.toml"],
                   "upgate.console": ["templates/*.html", "static/*.css"]},  # the console's pages

@@ -8,7 +8,8 @@ from contextlib import contextmanager
 import click
 
 from admin_cli.output import Refused, emit, json_option, kv_table, table
-from upgate import accounts, jalali, money
+from upgate.billing import jalali, money
+from upgate.services import accounts
 from upgate.settings import SettingsError, from_env
 
 
@@ -16,7 +17,7 @@ from upgate.settings import SettingsError, from_env
 def refusals():
     """Turn the library's refusals (one-line ValueError subclasses) into `Refused`:
     exit 1, one line on stderr, no traceback."""
-    from upgate import keys, records
+    from upgate.services import keys, records
 
     from admin_cli.main import store_hint
 
@@ -109,7 +110,7 @@ def _credited(result: dict, acct: str) -> None:
 
 @contextmanager
 def _durable():
-    from upgate import transactions
+    from upgate.services import transactions
 
     try:
         yield
@@ -135,7 +136,7 @@ def topup(account_id: str, amount: str, ref: str | None, note: str | None, as_js
       upgate-admin account topup 2f0c6a1e-… 100000 --ref zp-A0000012345
       upgate-admin account topup 2f0c6a1e-… 100000 --ref zp-A0000012345 --json
     """
-    from upgate import transactions
+    from upgate.services import transactions
 
     with refusals(), _durable():
         acct = accounts.normalize_id(account_id)
@@ -158,7 +159,7 @@ def adjust(account_id: str, amount: str, note: str, ref: str | None, as_json: bo
       upgate-admin account adjust 2f0c6a1e-… 5000 --note "refund: outage 1405-09-02"
       upgate-admin account adjust 2f0c6a1e-… -2500 --note "duplicate credit" --ref fix-17
     """
-    from upgate import transactions
+    from upgate.services import transactions
 
     with refusals(), _durable():
         acct = accounts.normalize_id(account_id)
@@ -190,7 +191,7 @@ def transactions_(account_id: str, month: str | None, as_csv: bool, as_json: boo
     Example:
       upgate-admin account transactions 2f0c6a1e-… --month 1405-09 --csv
     """
-    from upgate import transactions
+    from upgate.services import transactions
 
     with refusals():
         txns = transactions.list_transactions(_client(), account_id, month=month)
@@ -332,7 +333,7 @@ def statement(account_id: str, month: str | None, as_csv: bool, as_json: bool) -
     Example:
       upgate-admin account statement 2f0c6a1e-… --month 1405-09 --csv > 1405-09.csv
     """
-    from upgate import statements
+    from upgate.services import statements
 
     with refusals():
         st = statements.statement(_client(), account_id, month)

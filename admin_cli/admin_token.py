@@ -7,7 +7,8 @@ from contextlib import contextmanager
 import click
 
 from admin_cli.output import Refused, emit, json_mode, json_option, table, warn
-from upgate import admin_log, admin_tokens, jalali
+from upgate.billing import jalali
+from upgate.services import admin_log, admin_tokens
 
 
 def _client():

@@ -18,7 +18,7 @@ def audit(deep: bool, as_json: bool) -> None:
       upgate-admin audit --json
     """
     from admin_cli.main import redis_client
-    from upgate import audit as audit_
+    from upgate.services import audit as audit_
 
     result = audit_.run(redis_client(), deep=deep)
     bad = result["mismatches"]

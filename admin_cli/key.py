@@ -8,7 +8,8 @@ import click
 
 from admin_cli.account import refusals
 from admin_cli.output import Refused, emit, json_mode, json_option, kv_table, table, warn
-from upgate import accounts, catalog_store, keys
+from upgate.catalog import store as catalog_store
+from upgate.services import accounts, keys
 
 
 def _client():
@@ -25,7 +26,7 @@ def _pepper() -> str:
     if pepper:
         return pepper
     if os.environ.get("UPGATE_INSECURE_DEV") == "1":
-        from upgate.cli import DEV_PEPPER
+        from upgate.settings import DEV_PEPPER
 
         warn("UPGATE_KEY_PEPPER is not set: using the fixed development pepper "
              "(UPGATE_INSECURE_DEV=1); keys made this way only work with `upgate serve --insecure-dev`")

@@ -16,7 +16,7 @@ import redis
 from redis.exceptions import RedisClusterException
 
 from admin_cli.output import EXIT_REFUSED, Refused
-from upgate import store
+from upgate.store import connection as store
 
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
 
@@ -27,8 +27,8 @@ READ_ONLY = frozenset(("show", "list", "usage", "statement", "transactions", "au
 
 def redis_client():
     """The store named by UPGATE_REDIS_URL (the same one the gateway uses). A writing command
-    refuses a store that may evict keys (upgate/store_policy.py)."""
-    from upgate import store_policy
+    refuses a store that may evict keys (upgate/store/policy.py)."""
+    from upgate.store import policy as store_policy
 
     url = os.environ.get("UPGATE_REDIS_URL") or DEFAULT_URL
     try:
@@ -155,7 +155,7 @@ def _recorded(path: str, command: click.Command) -> None:
         rv = inner(**params)
         if params.get("dry_run"):
             return rv
-        from upgate import admin_log
+        from upgate.services import admin_log
 
         detail = {n: _plain(params[n]) for n in names
                   if n != first and params.get(n) not in (None, False, ())}

@@ -6,9 +6,10 @@ import os
 import click
 
 from admin_cli.output import OverLimit, Refused, emit, json_option, table, warn
-from upgate import catalog, catalog_store, jalali
-from upgate.catalog import CatalogError
-from upgate.price_sync import SyncError
+from upgate.billing import jalali
+from upgate.catalog import rules as catalog, store as catalog_store
+from upgate.catalog.rules import CatalogError
+from upgate.catalog.price_sync import SyncError
 
 
 def _iso(ts: float | None) -> str | None:

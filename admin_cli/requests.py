@@ -6,7 +6,7 @@ import click
 
 from admin_cli.account import _csv_out, refusals
 from admin_cli.output import emit, json_option, kv_table, table
-from upgate import records
+from upgate.services import records
 
 
 def _client():

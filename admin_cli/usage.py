@@ -6,7 +6,8 @@ import click
 
 from admin_cli.account import refusals
 from admin_cli.output import Refused, emit, json_option, table
-from upgate import accounts, jalali, usage as usage_report
+from upgate.billing import jalali
+from upgate.services import accounts, usage as usage_report
 
 
 @click.command()

@@ -123,7 +123,7 @@ def notes(r: dict, plan) -> list[str]:
     if fresh and reused and reused["p50"] - fresh["p50"] > 10:
         out.append(f"Streams on a kept-alive client connection (what the openai SDK's pool does) get "
                    f"their first event {reused['p50'] - fresh['p50']:.0f} ms later than on a new one: "
-                   "the signature of a Nagle / delayed-ACK stall: upgate/http1.py sets TCP_NODELAY "
+                   "the signature of a Nagle / delayed-ACK stall: upgate/http/connection.py sets TCP_NODELAY "
                    "on every accepted connection, in the gateway and in the mock.")
     ramp = r.get("ramp", {})
     for n, lv in ramp.get("levels", {}).items():

@@ -267,7 +267,10 @@ class Stack:
     # -- data
     def seed(self) -> None:
         """The catalog (one paid chat model), and `accounts` funded accounts with one key each."""
-        from upgate import accounts, catalog, catalog_store, keys, money, store
+        from upgate.billing import money
+        from upgate.catalog import rules as catalog, store as catalog_store
+        from upgate.services import accounts, keys
+        from upgate.store import connection as store
 
         client = store.connect_sync(self.redis_url)
         catalog_store.store(client, catalog.parse(CATALOG_TOML, {"mock"}))

@@ -98,7 +98,7 @@ AREAS = (
     (("logging/", "upgate/metrics", "prometheus_client", "_monitor"), "access log and metrics"),
     (("upgate/http1", "tornado/http1connection", "tornado/httputil", "tornado/iostream", "tornado/web",
       "tornado/httpserver", "tornado/routing", "tornado/escape", "email/"),
-     "HTTP server (upgate/http1.py, tornado's web layer)"),
+     "HTTP server (upgate/http/connection.py, tornado's web layer)"),
     (("Runner.run (asyncio/runners", "asyncio/", "tornado/platform", "tornado/ioloop",
       "tornado/gen", "tornado/concurrent"), "event loop (uvloop C code, asyncio/tornado glue)"),
     (("upgate/",), "gateway logic (upgate: auth, validation, pricing, handlers)"),

@@ -1,6 +1,6 @@
 --[[
   _lib.lua: helpers shared by the ledger scripts. Every script of lua/ is one function of a
-  Redis Functions library that starts with this file (upgate/lua_library.py), so the helpers
+  Redis Functions library that starts with this file (upgate/store/lua_library.py), so the helpers
   are built once, at FUNCTION LOAD, not on every call. A library's load step may not call
   redis.call: `rcall` is bound as each function starts. No KEYS or ARGV of its own.
 
@@ -10,7 +10,7 @@
   - a number handed to redis.call goes through `istr`: Lua 5.1 prints numbers with "%.14g",
     which would turn 123456789012345 into "1.2345678901234e+14" (and a Redis error);
   - per-hold key names (the key record, the free counter of the hold's day, the usage hash of
-    the hold's day) are built here from prefixes that upgate/keyspace.py hands in as ARGV, the
+    the hold's day) are built here from prefixes that upgate/store/keyspace.py hands in as ARGV, the
     way BullMQ builds job keys: they all carry the account's hash tag, so they live in the slot
     of the declared KEYS and the script stays single-slot on Redis Cluster.
 ]]
@@ -37,7 +37,7 @@ end
 -- An account from before transactions were recorded has no `credited` field: give it an honest
 -- opening transaction equal to its balance now (an adjustment when negative; none when zero)
 -- and start both lifetime counters there, so balance == credited - charged from now on.
--- `record_json`: the transaction's {"id", "ref", "note", "actor"} (upgate/transactions.py).
+-- `record_json`: the transaction's {"id", "ref", "note", "actor"} (upgate/services/transactions.py).
 local function migrate(wallet, txns, now, record_json)
   if rcall('HEXISTS', wallet, 'credited') == 1 then
     return

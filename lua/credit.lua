@@ -20,7 +20,7 @@
     decided: a debit may fire it, a credit that brings the available balance back re-arms it.
 
   A record in the log is the string "<time ms>|<kind>|<amount>|<balance after>|<json>", where
-  <json> (built by upgate/transactions.py) holds id, ref, note and actor; amounts in micro-toman.
+  <json> (built by upgate/services/transactions.py) holds id, ref, note and actor; amounts in micro-toman.
 
   Input:
     KEYS[1] wallet           hash {a:<acct>}:wallet (balance, credited, charged: micro-toman)

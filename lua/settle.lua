@@ -88,7 +88,7 @@ low_balance_check(wallet, outbox, outbox_state, outbox_index, account_id, now, f
 
 -- the day's aggregates for the usage report: `<dimension>|<name>|<metric>`. A day's totals are
 -- the sum over its models (every settlement has one): no `total|*` fields, four commands fewer
--- (hashes written before have them too, and readers ignore them; upgate/usage.py)
+-- (hashes written before have them too, and readers ignore them; upgate/services/usage.py)
 local usage = usage_prefix .. day
 local fresh = true -- every counter new: the hash may be new (made again after a DEL, too)
 for _, dim in ipairs({'key|' .. key_id, 'model|' .. model}) do

@@ -5,7 +5,8 @@ from __future__ import annotations
 import httpx
 
 from tests.gateway import PEPPER
-from upgate import admin_tokens, store
+from upgate.services import admin_tokens
+from upgate.store import connection as store
 
 MESSAGES = {
     "invalid_admin_token": "The admin token is missing, invalid or revoked.",

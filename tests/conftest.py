@@ -6,7 +6,7 @@ import pytest
 import redis
 
 from tests.procs import RedisCluster, RedisServer
-from upgate import store
+from upgate.store import connection as store
 
 
 @pytest.fixture(scope="session")

@@ -7,7 +7,8 @@ import re
 import httpx
 
 from tests.gateway import PEPPER
-from upgate import admin_tokens, store
+from upgate.services import admin_tokens
+from upgate.store import connection as store
 
 XSRF_FIELD = re.compile(r'name="_xsrf" value="([^"]+)"')
 

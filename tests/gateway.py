@@ -7,7 +7,10 @@ import threading
 from pathlib import Path
 
 from tests.procs import free_port
-from upgate import accounts, catalog, catalog_store, keys, money, store
+from upgate.billing import money
+from upgate.catalog import rules as catalog, store as catalog_store
+from upgate.services import accounts, keys
+from upgate.store import connection as store
 from upgate.settings import Settings
 from upgate.upstream.providers import Provider
 
@@ -33,7 +36,7 @@ class LoopThread:
 
 class MockProvider:
     def __init__(self):
-        from upgate import mock_upstream
+        from upgate.mock import upstream as mock_upstream
 
         self.port = free_port()
         self.thread = LoopThread("mock-upstream")

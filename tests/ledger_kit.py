@@ -9,8 +9,9 @@ from datetime import datetime
 
 import jdatetime
 
-from upgate import jalali, keyspace, store
-from upgate.ledger import Ledger, Rejected
+from upgate.billing import jalali
+from upgate.store import connection as store, keyspace
+from upgate.billing.ledger import Ledger, Rejected
 from upgate.settings import Settings
 
 ACCT = "11111111-2222-3333-4444-555555555555"
@@ -102,7 +103,7 @@ def i(value) -> int:
     return int(value or 0)
 
 
-# ---- the concurrency suite: one Redis (tests/test_ledger_concurrency.py) and the cluster ------
+# ---- the concurrency suite: one Redis (tests/billing/test_ledger_concurrency.py) and the cluster ------
 
 def check_parallel_wallet(url: str, sync, n_ok: int = 37, attempts: int = 200) -> None:
     """A wallet covering exactly n_ok holds: exactly n_ok of `attempts` parallel admits win."""

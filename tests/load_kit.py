@@ -23,7 +23,8 @@ import redis
 
 from tests.gateway import PEPPER
 from tests.procs import free_port, spawn, stop, wait_port
-from upgate import jalali, keyspace
+from upgate.billing import jalali
+from upgate.store import keyspace
 
 HELLO = [{"role": "user", "content": "Hello there, gateway!"}]
 META = {"X-Svc-Include-Meta": "1"}
@@ -65,7 +66,7 @@ def spent(r, account_id: str, key_id: str) -> int:
 
 def usage_cost(r, account_id: str) -> int:
     """Σ cost of every settlement today (settle.lua's own aggregate)."""
-    from upgate import usage
+    from upgate.services import usage
 
     return usage.totals(r.hgetall(keyspace.usage(account_id, jalali.day_key())))["cost"]
 
@@ -377,7 +378,8 @@ def seed_accounts(redis_url: str, n_accounts: int, *, balance: int, rpm: int,
     """n funded accounts with one key per entry of `monthly_limits` (micro-toman, None = no
     limit), every key at `rpm`. Key prefixes are distinct within an account, so the access
     log (which names a key by prefix and account) attributes every line to one key."""
-    from upgate import accounts, keys, store
+    from upgate.services import accounts, keys
+    from upgate.store import connection as store
 
     client = store.connect_sync(redis_url)
     out = []

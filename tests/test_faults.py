@@ -19,7 +19,9 @@ from tests.gateway import Node, load_catalog, seed
 from tests.load_kit import (HELLO, META, Gateway, assert_settled, micro, response_cost, sse_payloads,
                             wait_for, wallet)
 from tests.procs import RedisServer
-from upgate import keys, keyspace, money, records, sizing, store
+from upgate.billing import money, sizing
+from upgate.services import keys, records
+from upgate.store import connection as store, keyspace
 from upgate.upstream.providers import Provider
 
 INITIAL = micro("1000")
@@ -213,7 +215,7 @@ def test_settlement_that_cannot_reach_redis_is_journaled_and_replayed_exactly_on
     assert sorted(e["c"] for e in lines) == sorted(costs)
     raw = open(journal, "rb").read()
     for e in lines:  # ids and numbers only: no prompt, no answer, no key material
-        # + the request record (upgate/records.py: ids, numbers, no content) and its time
+        # + the request record (upgate/services/records.py: ids, numbers, no content) and its time
         assert set(e) == {"a", "h", "k", "m", "c", "p", "q", "t", "r", "rt"}
         assert e["a"] == account_id and e["k"] == key_id and e["m"] == "mock/chat-1"
         assert all(type(e[f]) is int for f in ("c", "p", "q", "t", "rt"))
@@ -267,7 +269,7 @@ def test_settlement_that_reaches_neither_store_nor_journal_never_crashes_the_nod
     the reaper releases the two holds."""
     node = own_node(lease_s=1.5, journal_path="/nonexistent-upgate-dir/settle.journal")
     key, account_id, key_id = seed(own_redis.url, balance="1000")
-    with caplog.at_level("ERROR", logger="upgate.ledger"):
+    with caplog.at_level("ERROR", logger="upgate.billing.ledger"):
         j, s = _strand_two_settlements(own_redis, node, key, account_id)
     assert j.status_code == 503, j.text
     assert j.json()["error"]["code"] == "service_unavailable" and j.headers["Retry-After"] == "5"
@@ -356,8 +358,8 @@ def test_whole_cluster_down_settlement_is_journaled_and_replayed_once(redis_clus
     the settlement is still retried and journaled, never lost, and replayed once when the
     cluster is back, exactly once."""
     from tests import ledger_kit as kit
-    from upgate import store
-    from upgate.ledger import STORE_ERRORS, store_unavailable
+    from upgate.store import connection as store
+    from upgate.billing.ledger import STORE_ERRORS, store_unavailable
 
     sync = store.connect_sync(cluster_url)
     kit.seed_account(sync, balance=10 * kit.TOMAN)
@@ -614,7 +616,7 @@ def test_an_admission_whose_answer_was_lost_is_released_when_the_store_recovers(
     gets 503, nothing charged, then Redis runs admit.lua anyway. Its hold, stream slot and
     `:free` quota unit must come back at once, not after the lease by the reaper (which credits
     nothing back)."""
-    from upgate import jalali
+    from upgate.billing import jalali
 
     server = RedisServer(extra=["--busy-reply-threshold", "20000"]).start()  # queue, never BUSY
     try:

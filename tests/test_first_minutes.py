@@ -19,7 +19,8 @@ from click.testing import CliRunner
 from admin_cli.main import cli
 from tests.gateway import CATALOG, PEPPER, load_catalog, seed
 from tests.procs import free_port, spawn, stop, wait_port
-from upgate import catalog, catalog_store, store
+from upgate.catalog import rules as catalog, store as catalog_store
+from upgate.store import connection as store
 
 ROOT = Path(__file__).resolve().parents[1]
 SRC = {"PYTHONPATH": str(ROOT)}  # this checkout, not whatever `upgate` is installed

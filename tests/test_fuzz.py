@@ -19,7 +19,8 @@ from hypothesis import strategies as st
 
 from tests.gateway import seed
 from tests.load_kit import HELLO, PROVIDER_KEY, Gateway, Raw, raw_bytes, raw_request, snapshot, sse_payloads
-from upgate import keys, keyspace
+from upgate.services import keys
+from upgate.store import keyspace
 
 CANONICAL_401 = (b'{"error":{"message":"The API key is invalid, revoked or expired.",'
                  b'"type":"invalid_api_key","code":"invalid_api_key","param":null}}')

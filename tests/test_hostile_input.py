@@ -18,7 +18,8 @@ import pytest
 import redis
 
 from tests.gateway import seed
-from upgate import accounts, keyspace, store
+from upgate.services import accounts
+from upgate.store import connection as store, keyspace
 
 pytestmark = pytest.mark.timeout(180)
 

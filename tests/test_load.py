@@ -35,7 +35,8 @@ from tests.gateway import load_catalog
 from tests.load_kit import (HELLO, AccountSpec, MockProcess, Sampler, Tally, access_log,
                             assert_settled, max_in_window, max_overlap, micro, seed_accounts, spent,
                             start_gateways, sync_client, timed_chat, wait_for, wallet)
-from upgate import keyspace, money
+from upgate.billing import money
+from upgate.store import keyspace
 
 ACCOUNTS = 3
 MONTHLY_LIMITS = [micro("15"), None, micro("30"), None]  # per key of every account

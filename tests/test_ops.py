@@ -20,7 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.gateway import PEPPER, seed
 from tests.procs import free_port, spawn, stop, wait_port
-from upgate import keyspace
+from upgate.store import keyspace
 
 HELLO = [{"role": "user", "content": "Hello there, gateway!"}]
 
@@ -125,8 +125,8 @@ def test_metrics_count_cooldowns_and_upstream_errors_per_candidate(node, redis_u
 
 
 def test_metrics_count_reaped_holds(make_node, redis_url):
-    from upgate import store
-    from upgate.ledger import Ledger
+    from upgate.store import connection as store
+    from upgate.billing.ledger import Ledger
 
     node = make_node(lease_s=1.0)
     key, account_id, key_id = seed(redis_url, balance="100000")
@@ -336,7 +336,7 @@ def test_two_worker_processes_serve_and_scrape_as_one(redis_url, make_node, mock
         for _ in range(n):  # a new client each time: new connections, spread over both workers
             with openai.OpenAI(base_url=base, api_key=key, max_retries=0) as c:
                 assert c.chat.completions.create(model="mock/chat-1", messages=HELLO).choices
-        # each worker hands its tallies to the shared files once a second (upgate/metrics.py)
+        # each worker hands its tallies to the shared files once a second (upgate/handlers/metrics.py)
         deadline = time.time() + 5
         while sample(scrape(url, {"Connection": "close"}), "upgate_holds_total", outcome="settled") != n:
             assert time.time() < deadline, "the workers' counts never reached the shared files"

@@ -14,9 +14,8 @@ import tempfile
 
 import click
 
-from upgate.settings import SettingsError, from_env
+from upgate.settings import DEV_PEPPER, SettingsError, from_env
 
-DEV_PEPPER = "upgate-insecure-dev-pepper"
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"  # read by prometheus-client when it is imported
 
 
@@ -43,7 +42,7 @@ def _check_redis_url(url: str) -> None:
     """Refuse a malformed UPGATE_REDIS_URL now, not as a traceback in every worker (no I/O)."""
     from redis.connection import parse_url
 
-    from upgate import store
+    from upgate.store import connection as store
 
     if url.startswith("memory://"):
         return
@@ -128,7 +127,7 @@ def serve(port: int | None, host: str, processes: int | None, insecure_dev: bool
             _shared_metrics_dir()
     from upgate import server
 
-    from upgate.store_policy import EvictingStore
+    from upgate.store.policy import EvictingStore
 
     try:
         server.run(settings, providers, port or settings.port, processes, host)
@@ -157,7 +156,7 @@ def demo(port: int) -> None:
 @click.option("--port", type=int, default=9090, show_default=True)
 def mock_upstream(port: int) -> None:
     """Run the fake OpenAI-compatible provider on 127.0.0.1 (tests, demo, benchmark)."""
-    from upgate.mock_upstream import main as mock_main
+    from upgate.mock.upstream import main as mock_main
 
     _setup_logging()
     mock_main(port)

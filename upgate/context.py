@@ -11,16 +11,16 @@ import time
 
 import orjson
 
-from upgate import keyspace, lua_library, store, store_policy
-from upgate.auth import Auth
-from upgate.background import stop_if_cancelled
-from upgate.catalog_cache import Catalog
-from upgate.ledger import STORE_ERRORS, Ledger
-from upgate.access_log import AccessLog
-from upgate.admin_node import AdminNode
-from upgate.client_address import ClientAddress
-from upgate.metrics import Metrics, observe
-from upgate.refusals import Refusals
+from upgate.store import connection as store, keyspace, lua_library, policy as store_policy
+from upgate.services.auth import Auth
+from upgate.store.background import stop_if_cancelled
+from upgate.catalog.cache import Catalog
+from upgate.billing.ledger import STORE_ERRORS, Ledger
+from upgate.http.access_log import AccessLog
+from upgate.services.admin_node import AdminNode
+from upgate.http.client_address import ClientAddress
+from upgate.handlers.metrics import Metrics, observe
+from upgate.billing.refusals import Refusals
 from upgate.settings import Settings
 from upgate.upstream.client import UpstreamClient
 

@@ -7,9 +7,13 @@ import asyncio
 import secrets
 from importlib import resources
 
-from upgate import accounts, admin_tokens, catalog, catalog_store, keys, money, store
-from upgate import mock_upstream
-from upgate.server import bind, serve_forever, use_uvloop
+from upgate.billing import money
+from upgate.catalog import rules as catalog, store as catalog_store
+from upgate.services import accounts, admin_tokens, keys
+from upgate.store import connection as store
+from upgate.mock import upstream as mock_upstream
+from upgate.http.connection import use_uvloop
+from upgate.server import bind, serve_forever
 from upgate.settings import Settings
 from upgate.upstream.providers import Provider
 

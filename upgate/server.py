@@ -20,7 +20,7 @@ import tornado.netutil
 from upgate.app import make_app
 from upgate.context import Context
 from upgate.handlers.base import header_block_refusal
-from upgate.http1 import HTTP1Server
+from upgate.http.connection import HTTP1Server, use_uvloop
 from upgate.settings import Settings
 
 log = logging.getLogger("upgate")
@@ -30,14 +30,6 @@ HEADER_BLOCK_MAX = 64 * 1024  # bytes of a request's start line and headers
 
 class BindError(OSError):
     """The listening socket could not be opened (port in use, no permission, out of range)."""
-
-
-def use_uvloop() -> None:
-    try:
-        import uvloop
-    except ImportError:  # optional speed-up
-        return
-    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
 
 
 async def start_node(settings: Settings, providers: dict, sockets, client=None):
@@ -106,7 +98,7 @@ def check_store(url: str) -> None:
     once it does (Context._check_store)."""
     import redis
 
-    from upgate import store, store_policy
+    from upgate.store import connection as store, policy as store_policy
 
     if url.startswith("memory://"):
         return
@@ -201,7 +193,7 @@ def _prefork(n: int) -> None:
 
 def _metrics_process_dead(pid: int) -> None:
     """Drop a dead worker's live gauges (open streams, requests in flight) from /metrics."""
-    from upgate.metrics import multiprocess
+    from upgate.handlers.metrics import multiprocess
 
     if multiprocess():
         from prometheus_client import multiprocess as mp

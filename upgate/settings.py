@@ -146,3 +146,7 @@ def _proxies(raw: str) -> str:
             except ValueError:
                 raise SettingsError(f"UPGATE_TRUSTED_PROXIES: {part.strip()!r} is not an address or CIDR") from None
     return raw.strip()
+
+
+# the pepper `upgate serve --insecure-dev` uses (never in production)
+DEV_PEPPER = "upgate-insecure-dev-pepper"

@@ -7,7 +7,9 @@ handler, which shows their one-line message.
 """
 from __future__ import annotations
 
-from upgate import accounts, catalog, catalog_store, jalali, keys, records, statements, transactions, usage
+from upgate.billing import jalali
+from upgate.catalog import rules as catalog, store as catalog_store
+from upgate.services import accounts, keys, records, statements, transactions, usage
 
 REQUESTS_SHOWN = 25
 

@@ -7,7 +7,7 @@ from decimal import Decimal, InvalidOperation
 
 import jdatetime
 
-from upgate import jalali, money
+from upgate.billing import jalali, money
 
 
 def toman(value, places: int | None = None) -> str:

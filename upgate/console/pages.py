@@ -13,7 +13,7 @@ import urllib.parse
 
 import tornado.web
 
-from upgate import accounts, admin_log, keys, overview, transactions
+from upgate.services import accounts, admin_log, keys, overview, transactions
 from upgate.console import charts, data, fmt, session
 from upgate.console.base import PREFIX, ConsoleHandler, log
 

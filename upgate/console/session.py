@@ -23,7 +23,8 @@ import secrets
 
 from cryptography.fernet import Fernet, InvalidToken
 
-from upgate import admin_tokens, keyspace
+from upgate.services import admin_tokens
+from upgate.store import keyspace
 
 LIFETIME_S = 12 * 3600
 COOKIE = "upgate_console"

@@ -18,8 +18,8 @@ from tornado.httputil import HTTPHeaders, format_timestamp
 
 from upgate import __version__
 from upgate.errors import GatewayError
-from upgate.ledger import store_unavailable
-from upgate.requests import BodyShape
+from upgate.billing.ledger import store_unavailable
+from upgate.handlers.requests import BodyShape
 
 log = logging.getLogger("upgate")
 
@@ -45,7 +45,7 @@ def new_request_id() -> str:
 
 
 def header_block_refusal() -> bytes:
-    """The 431 the HTTP layer writes for a header block past its limits (upgate/http1.py), before
+    """The 431 the HTTP layer writes for a header block past its limits (upgate/http/connection.py), before
     any handler exists: the spec's error shape and a request id all the same."""
     err, rid = GatewayError("request_header_too_large"), new_request_id()
     body = orjson.dumps(err.body())
@@ -97,7 +97,7 @@ class BaseHandler(tornado.web.RequestHandler):
         # No per-request max_body_size: Tornado would refuse the chunk that crosses it with a
         # bare 400 before data_received sees it. The server-wide bound is far above the limit.
         ready = getattr(self.request.connection, "ready_for_body", None)
-        if ready is not None:  # upgate/http1.py: the body now, not two loop turns later
+        if ready is not None:  # upgate/http/connection.py: the body now, not two loop turns later
             ready()
 
     @classmethod

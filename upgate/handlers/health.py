@@ -89,7 +89,7 @@ async def metrics_allowed(ctx, headers) -> bool:
 
 
 async def _admin_token(ctx, token: str) -> bool:
-    """An admin token (upgate/admin_tokens.py, read-only ones included), through the node's
+    """An admin token (upgate/services/admin_tokens.py, read-only ones included), through the node's
     management-API cache (`ctx.admin`, present once the management API is built in)."""
     admin = getattr(ctx, "admin", None)
     if admin is None:

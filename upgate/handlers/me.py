@@ -1,7 +1,8 @@
 """GET /v1/svc/me: the key's account state, read fresh from the store (not the auth cache)."""
 from __future__ import annotations
 
-from upgate import accounts, jalali, money
+from upgate.billing import jalali, money
+from upgate.services import accounts
 from upgate.errors import GatewayError
 from upgate.handlers.base import BaseHandler
 

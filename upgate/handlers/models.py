@@ -12,7 +12,7 @@ import logging
 
 import redis.exceptions
 
-from upgate.auth import extract_key
+from upgate.services.auth import extract_key
 from upgate.errors import GatewayError
 from upgate.handlers.base import BaseHandler
 

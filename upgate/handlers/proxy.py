@@ -13,16 +13,16 @@ import time
 import orjson
 import redis.exceptions
 
-from upgate import money, sizing
-from upgate.catalog import check_allowed
+from upgate.billing import money, sizing
+from upgate.catalog.rules import check_allowed
 from upgate.errors import GatewayError
 from upgate.handlers.base import BaseHandler
 from upgate.handlers.stream import CLIENT_CLOSED, CandidateFailed, StreamRelay
-from upgate.http1_request import header
-from upgate.ledger import Rejected, SettlementNotRecorded
-from upgate.output_count import as_ours, chars_output, estimate_tokens, tokens_or
-from upgate.refusals import LARGE_BODY
-from upgate.requests import parse_json, validate, wants_web_search
+from upgate.http.request import header
+from upgate.billing.ledger import Rejected, SettlementNotRecorded
+from upgate.billing.output_count import as_ours, chars_output, estimate_tokens, tokens_or
+from upgate.billing.refusals import LARGE_BODY
+from upgate.handlers.requests import parse_json, validate, wants_web_search
 from upgate.upstream.client import UpstreamCut, UpstreamTimeout, UpstreamUnreachable
 from upgate.upstream.dialects import prepare_body
 from upgate.upstream.errors import body_error_message, map_error
@@ -60,7 +60,7 @@ class ProxyHandler(StreamRelay, BaseHandler):
     free = False
     model_id = None  # the model the client asked for (its first, with a `models` list)
     ttfb_ms = None  # request arrival → the answering provider's response headers
-    record = None  # the request record (upgate/records.py) settle/release kept; the access log too
+    record = None  # the request record (upgate/services/records.py) settle/release kept; the access log too
 
     # ---- the request
     async def post(self) -> None:
@@ -324,7 +324,7 @@ class ProxyHandler(StreamRelay, BaseHandler):
                                       record=self.record)
 
     def _record(self, status: int, code: str | None, prompt: int, completion: int, cached: int) -> dict:
-        """The request's record (upgate/records.py): no content, only what it cost and how it went."""
+        """The request's record (upgate/services/records.py): no content, only what it cost and how it went."""
         answered = self.answered
         return {"request_id": self.request_id, "account_id": self.key.account_id,
                 "key_id": self.key.key_id, "key_prefix": self.key.prefix, "model": self.model_id,

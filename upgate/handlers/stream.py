@@ -1,7 +1,7 @@
 """The stream relay of the proxy routes (a mixin of ProxyHandler): a provider's SSE events
 reach the client as they arrive, content events straight from libcurl's write callback, and the
 stream is settled by the last usage the provider reported, or, when it is cut, by what was
-relayed (upgate/output_count.py).
+relayed (upgate/billing/output_count.py).
 """
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from collections import deque
 import orjson
 import tornado.iostream
 
-from upgate import sizing
+from upgate.billing import sizing
 from upgate.errors import GatewayError
-from upgate.output_count import as_list, as_ours, chars_output, estimate_tokens, usage_tokens
+from upgate.billing.output_count import as_list, as_ours, chars_output, estimate_tokens, usage_tokens
 from upgate.upstream import sse
 from upgate.upstream.client import UpstreamCut, UpstreamTimeout
 from upgate.upstream.errors import body_error_message

@@ -5,7 +5,8 @@ content exist to read. Defaults to the current Jalali month. Not counted toward 
 """
 from __future__ import annotations
 
-from upgate import jalali, usage
+from upgate.billing import jalali
+from upgate.services import usage
 from upgate.errors import GatewayError
 from upgate.handlers.base import BaseHandler
 

@@ -26,8 +26,10 @@ import redis.exceptions as rexc
 from tornado.httpclient import HTTPClientError, HTTPRequest
 from tornado.simple_httpclient import HTTPTimeoutError, SimpleAsyncHTTPClient
 
-from upgate import __version__, jalali, keyspace, store
-from upgate.background import stop_if_cancelled
+from upgate import __version__
+from upgate.billing import jalali
+from upgate.store import connection as store, keyspace
+from upgate.store.background import stop_if_cancelled
 from upgate.webhooks import events
 from upgate.webhooks.outbox import Outbox
 

@@ -47,7 +47,7 @@ def body(doc: bytes) -> bytes:
     data = d.get("data") or {}
     fields = DATA_FIELDS.get(d["type"], tuple(data))
     if "transaction_record" in data:  # credit.lua hands the transaction log's record over as it is
-        from upgate.transactions import decode, public
+        from upgate.services.transactions import decode, public
 
         data["transaction"] = public(decode(data["account_id"], data.pop("transaction_record")))
     out = _ordered(data, fields)

@@ -18,7 +18,7 @@ import time
 
 import redis.asyncio as aioredis
 
-from upgate import keyspace, lua_library, store
+from upgate.store import connection as store, keyspace, lua_library
 from upgate.webhooks import events
 
 log = logging.getLogger("upgate")

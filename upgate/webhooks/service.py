@@ -7,7 +7,7 @@ import asyncio
 
 import orjson
 
-from upgate import keyspace, store
+from upgate.store import connection as store, keyspace
 from upgate.webhooks import events
 
 MAX_LIMIT = 1000

@@ -1,7 +1,7 @@
 """/admin/v1/accounts: create, list (cursor pages, ?phone=), get, patch, suspend, resume."""
 from __future__ import annotations
 
-from upgate import accounts, transactions
+from upgate.services import accounts, transactions
 from upgate.errors import GatewayError
 from upgate.handlers.admin.base import AdminHandler, field
 from upgate.handlers.admin.spec import AMOUNT_IN, Op, nullable, obj, ref

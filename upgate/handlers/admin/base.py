@@ -14,7 +14,7 @@ from contextlib import contextmanager
 
 import orjson
 
-from upgate import accounts, admin_log, keys, records, transactions
+from upgate.services import accounts, admin_log, keys, records, transactions
 from upgate.errors import GatewayError
 from upgate.handlers.admin.spec import READ_VERBS, Op
 from upgate.handlers.base import BaseHandler

@@ -2,7 +2,7 @@
 get, patch (null clears a setting), delete (revoke)."""
 from __future__ import annotations
 
-from upgate import keys
+from upgate.services import keys
 from upgate.errors import GatewayError
 from upgate.handlers.admin.base import AdminHandler, field
 from upgate.handlers.admin.spec import AMOUNT_IN, Op, data_of, nullable, obj, ref

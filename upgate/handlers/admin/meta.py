@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import orjson
 
-from upgate import admin_log
+from upgate.services import admin_log
 from upgate.handlers.admin.base import AdminHandler
 from upgate.handlers.admin.spec import Op, data_of
 

@@ -1,10 +1,11 @@
 """/admin/v1/models: the catalog in force (hidden models too) and its replacement from TOML.
 
-Every call into the catalog (rules: upgate/catalog.py; store: upgate/catalog_store.py) lives
+Every call into the catalog (rules: upgate/catalog/rules.py; store: upgate/catalog/store.py) lives
 in the two functions below."""
 from __future__ import annotations
 
-from upgate import catalog, catalog_store, jalali
+from upgate.billing import jalali
+from upgate.catalog import rules as catalog, store as catalog_store
 from upgate.errors import GatewayError
 from upgate.handlers.admin.base import AdminHandler
 from upgate.handlers.admin.spec import TIME, Op, nullable, obj, ref

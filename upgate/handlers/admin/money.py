@@ -1,9 +1,9 @@
 """Money of record over HTTP: top-ups and adjustments (idempotent by ref), transactions,
 the monthly statement (JSON or CSV), request records. The rules are the money services'
-(upgate/transactions.py, statements.py, records.py); this file parses and renders."""
+(upgate/services/transactions.py, statements.py, records.py); this file parses and renders."""
 from __future__ import annotations
 
-from upgate import records, statements, transactions
+from upgate.services import records, statements, transactions
 from upgate.errors import GatewayError
 from upgate.handlers.admin.base import AdminHandler, field
 from upgate.handlers.admin.spec import AMOUNT_IN, JMONTH, Op, data_of, obj, ref

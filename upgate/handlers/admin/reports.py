@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from upgate import accounts, overview, usage
+from upgate.services import accounts, overview, usage
 from upgate.errors import GatewayError
 from upgate.handlers.admin.base import AdminHandler
 from upgate.handlers.admin.spec import JDAY, MONEY, Op, obj

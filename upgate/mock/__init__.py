@@ -1,0 +1,1 @@
+"""The mock provider: an OpenAI-style upstream for the demo, the tests and the benchmarks."""

@@ -1,0 +1,1 @@
+"""The one service layer every face (CLI, management API, console, dashboard) calls."""

@@ -1,0 +1,166 @@
+"""Accounts, the pure part: the errors the account operations raise, the checks on operator
+input (amounts in toman, phone numbers, ids, quotas, thresholds), the masked phone, the API's
+account object, and ``AccountInfo``, the runtime view the gateway's auth cache keeps. No I/O;
+the operations on the store are upgate/services/accounts.py.
+"""
+from __future__ import annotations
+
+import re
+import uuid
+from dataclasses import dataclass
+
+from upgate.billing import jalali, money
+from upgate.store import connection as store
+
+PHONE = re.compile(r"^\+?[0-9]{7,15}$")
+MAX_FREE_QUOTA = 1_000_000_000  # requests per day; anything larger is a typo
+_PLAIN_AMOUNT = re.compile(r"^[+-]?[0-9]+(?:\.[0-9]+)?$")
+
+
+# ---- errors -----------------------------------------------------------------------------------
+
+class AccountError(ValueError):
+    """A refused account operation. The message is one line meant for the operator;
+    nothing was written. `field`: the API field at fault, where one is."""
+
+    field: str | None = None
+
+
+class UnknownAccount(AccountError):
+    """No account has this id."""
+
+
+class InvalidPhone(AccountError):
+    """A phone number is not 7 to 15 digits with an optional leading +."""
+
+    field = "phone"
+
+
+class BalanceOutOfRange(AccountError):
+    """The balance would pass +/- 2^53 micro-toman (the exact range of Lua numbers)."""
+
+    field = "amount_toman"
+
+
+class InvalidAmount(AccountError):
+    """An amount is not a plain decimal toman value, has more than six fractional digits,
+    or is out of range."""
+
+    field = "amount_toman"
+
+
+class InvalidQuota(AccountError):
+    """A free quota is not a whole number from 0 to MAX_FREE_QUOTA."""
+
+    field = "free_quota_per_day"
+
+
+class InvalidCursor(AccountError):
+    """A listing cursor is not one this service handed out."""
+
+    field = "cursor"
+
+
+# ---- pure helpers -----------------------------------------------------------------------------
+
+def parse_amount(text: str, *, allow_negative: bool = False, what: str = "amount") -> int:
+    """Operator text in toman → integer micro-toman. Only plain decimal notation ("1500",
+    "-20.5", "0.000001"); refuses "abc", "1e3", "nan", "1,000", more than six fractional
+    digits and anything beyond 2^53 micro-toman, with an `InvalidAmount` naming the value."""
+    if not isinstance(text, str) or not _PLAIN_AMOUNT.match(text.strip()):
+        raise InvalidAmount(f"{what} must be a plain decimal number of toman "
+                            f"(like 1500 or 1500.25), got {text!r}")
+    try:
+        return money.parse_toman(text.strip(), allow_negative=allow_negative)
+    except money.AmountError as e:
+        raise InvalidAmount(f"{what}: {e}") from None
+
+
+def check_phone(phone: str) -> str:
+    """The phone number with surrounding blanks removed, or `InvalidPhone`."""
+    text = phone.strip() if isinstance(phone, str) else ""
+    if not PHONE.match(text):
+        raise InvalidPhone(f"phone must be 7 to 15 digits with an optional leading +, got {phone!r}")
+    return text
+
+
+def mask_phone(phone: str) -> str:
+    """A partly hidden phone number: the first four and the last four characters around
+    "***" (``09121234567`` → ``0912***4567``); fewer are kept for short numbers, so at least
+    three characters are always hidden."""
+    phone = phone or ""
+    keep = min(4, (len(phone) - 3) // 2)
+    if keep <= 0:
+        return "***"
+    return phone[:keep] + "***" + phone[-keep:]
+
+
+def normalize_id(account_id: str) -> str:
+    """The canonical lowercase UUID, or `UnknownAccount` (no account has a malformed id)."""
+    try:
+        return str(uuid.UUID(str(account_id).strip()))
+    except ValueError:
+        raise UnknownAccount(f"unknown account {account_id!r} (account ids are UUIDs)") from None
+
+
+# ---- the runtime view -------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class AccountInfo:
+    """What the gateway's auth cache keeps per account (dropped on an `account` event)."""
+
+    account_id: str
+    phone_masked: str
+    suspended: bool
+    free_quota: int | None  # requests per Tehran day; None = the deployment default
+
+    @classmethod
+    def from_hash(cls, account_id: str, d: dict) -> "AccountInfo":
+        """From the decoded wallet hash (str → str)."""
+        d = store.text_map(d)
+        quota = d.get("free_quota")
+        return cls(account_id=account_id,
+                   phone_masked=mask_phone(d.get("phone", "")),
+                   suspended=d.get("suspended") == "1",
+                   free_quota=int(quota) if quota not in (None, "") else None)
+
+
+def account_object(view: dict, default_quota: int) -> dict:
+    """The account object of the management API (OPERATORS.md) from a `show` view."""
+    low = view["low_balance_micro"]
+    return {
+        "id": view["account_id"],
+        "phone": view["phone"],
+        "status": "suspended" if view["suspended"] else "active",
+        "balance_toman": money.fmt(view["balance_micro"]),
+        "held_toman": money.fmt(view["held_micro"]),
+        "available_toman": money.fmt(view["available_micro"]),
+        "free_quota_per_day": default_quota if view["free_quota"] is None else view["free_quota"],
+        "low_balance_toman": money.fmt(low) if low is not None else None,
+        "created_at": jalali.utc_iso(view["created_at"]) if view["created_at"] else None,
+    }
+
+
+def check_low_balance(micro) -> int:
+    if isinstance(micro, bool) or not isinstance(micro, int) or not 0 <= micro <= money.MAX_MICRO:
+        raise InvalidAmount("low_balance_toman must be a toman amount from 0 to 2^53 micro-toman")
+    return micro
+
+
+# ---- months (statements, transaction lists) ----------------------------------------------------
+
+MONTH = re.compile(r"^([0-9]{4})-([0-9]{2})$")
+
+
+class InvalidMonth(AccountError):
+    """A month is not a Jalali YYYY-MM, or is outside what a statement can cover."""
+
+    field = "month"
+
+
+def check_month(text) -> str:
+    """The month as "YYYY-MM" when it is a real Jalali month, else `InvalidMonth`."""
+    m = MONTH.match(text.strip()) if isinstance(text, str) else None
+    if not m or not 1 <= int(m.group(2)) <= 12 or not 1300 <= int(m.group(1)) <= 1500:
+        raise InvalidMonth(f"month must be a Jalali month YYYY-MM (like 1405-09), got {text!r}")
+    return m.group(0)

@@ -1,0 +1,121 @@
+"""What a gateway node keeps for the management API: the thread pool and sync client the
+service layer runs on, the admin-token cache, and the throttle on failed authentications.
+
+Nothing here runs on the client path: the pool and the client are made on the first admin
+request, and the only other hook is `on_event`, called per pub/sub message.
+
+Token cache: HMAC → (token, fetched at). An entry lives 60 s at most (its refresh also records
+the token's last use), and is dropped at once when a revocation is published — the same
+path client keys take (`upgate.services.auth`), with the same generation guard against a lookup that
+was in flight while the event arrived.
+
+Throttle: a token bucket per source address, `BURST` failed authentications, refilled one
+every `REFILL_S` seconds. An empty bucket answers 429 `admin_auth_throttled` (Retry-After:
+until one failure is allowed again) before the token is even looked up, so a guesser learns
+nothing. The address is upgate/http/client_address.py's: the TCP peer, or the client a trusted
+proxy names.
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from upgate.services import admin_tokens
+from upgate.store import connection as store
+from upgate.services.admin_tokens import AdminToken
+from upgate.http.client_address import ClientAddress
+
+TTL_S = 60.0
+BURST = 10
+REFILL_S = 6.0  # 10 failures a minute sustained, per address
+MAX_ADDRESSES = 10_000
+
+
+class AdminNode:
+    def __init__(self, settings):
+        self.settings = settings
+        self._executor: ThreadPoolExecutor | None = None
+        self._client = None
+        self._tokens: dict[str, tuple[AdminToken, float]] = {}
+        self._generation = 0
+        self._failures: dict[str, tuple[float, float]] = {}  # address → (allowance, at)
+        self._address = ClientAddress(settings.trusted_proxies)
+        self.cache: dict = {}  # short-lived answers of costly reads (the overview)
+
+    # ---- the service layer, off the event loop ----
+
+    @property
+    def client(self):
+        if self._client is None:
+            self._client = store.connect_sync(self.settings.redis_url)
+        return self._client
+
+    async def call(self, fn, *args, **kwargs):
+        """Run a sync service function on the admin pool with the node's sync client."""
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="upgate-admin")
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, lambda: fn(self.client, *args, **kwargs))
+
+    def close(self) -> None:
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)
+            self._executor = None
+
+    # ---- tokens ----
+
+    async def verify(self, token: str) -> AdminToken | None:
+        pepper = self.settings.key_pepper
+        if not admin_tokens.well_formed(token) or not pepper:
+            return None
+        h = admin_tokens.hash_of(token, pepper)
+        hit = self._tokens.get(h)
+        now = time.monotonic()
+        if hit is not None and now - hit[1] < TTL_S:
+            return hit[0]
+        generation = self._generation
+        found = await self.call(admin_tokens.verify, pepper, token)
+        if found is None:
+            self._tokens.pop(h, None)
+        elif generation == self._generation:  # no revocation was handled while we looked
+            self._tokens[h] = (found, now)
+        return found
+
+    def on_event(self, msg: dict) -> None:
+        if msg.get("t") == "admin_token":
+            self._generation += 1
+            self._tokens.pop(msg.get("hash", ""), None)
+
+    def flush(self) -> None:
+        self._generation += 1
+        self._tokens.clear()
+
+    # ---- the throttle ----
+
+    def address(self, request) -> str:
+        return self._address(request)
+
+    def throttled(self, address: str) -> int:
+        """Seconds until `address` may try again (0 = it may now)."""
+        allowance = self._allowance(address, time.monotonic())
+        return 0 if allowance >= 1 else int(REFILL_S * (1 - allowance)) + 1
+
+    def failed(self, address: str) -> None:
+        now = time.monotonic()
+        allowance = self._allowance(address, now)
+        if len(self._failures) >= MAX_ADDRESSES and address not in self._failures:
+            self._forget_refilled(now)
+        self._failures[address] = (max(allowance - 1, 0.0), now)
+
+    def _allowance(self, address: str, now: float) -> float:
+        entry = self._failures.get(address)
+        if entry is None:
+            return float(BURST)
+        return min(float(BURST), entry[0] + (now - entry[1]) / REFILL_S)
+
+    def _forget_refilled(self, now: float) -> None:
+        for addr in [a for a, (left, at) in self._failures.items() if left + (now - at) / REFILL_S >= BURST]:
+            del self._failures[addr]
+        if len(self._failures) >= MAX_ADDRESSES:  # a flood from many addresses: start over
+            self._failures.clear()

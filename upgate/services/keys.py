@@ -1,0 +1,244 @@
+"""API keys: the record and the operator's key operations on the store. The format, the hash,
+the checks on each setting and the runtime view the gateway's auth cache keeps (``KeyInfo``) are
+the pure upgate/services/key_rules.py, whose names this module also offers.
+
+Format: ``sk-up-`` followed by 40 characters from [A-Za-z0-9] drawn with ``secrets``. Only
+``digest(key, pepper)`` (HMAC-SHA256, hex) is stored; the full key is returned once, by
+``create_key``, and never written anywhere. Afterwards a key is shown as its ``prefix``
+(``sk-up-`` plus the first four random characters) and its last four characters.
+
+Records (see ``keyspace``):
+
+- ``{a:<acct>}:key:<kid>`` hash: ``account_id``, ``key_id``, ``name`` (absent = none),
+  ``prefix``, ``last4``, ``hash``, ``monthly_limit`` (micro-toman; absent = no limit),
+  ``allowed_models`` (JSON list; absent = all), ``rpm`` (1..600), ``expires_at`` (unix ms;
+  absent = never), ``revoked`` ("0"/"1"), ``created_at`` (unix s). The billing scripts add
+  ``held`` and ``spent:<Jalali YYYY-MM>``; nothing here writes those.
+- ``{a:<acct>}:keys`` set of the account's key ids.
+- ``keyhash:<hmac>`` → ``"<acct>:<kid>"``: what authentication looks up. Deleted on revocation
+  (and ``revoked`` set to 1), so a revoked key can never come back.
+- ``keyid:<kid>`` → ``<acct>``: lets ``key update KEY_ID`` and ``key revoke KEY_ID`` find the
+  account. Kept after revocation.
+
+Every change that affects authentication or limits publishes ``{"t": "key", "hash": <hmac>}``
+on ``keyspace.CHANNEL`` so every gateway node drops its cached entry at once.
+"""
+from __future__ import annotations
+
+import secrets
+import time
+
+import orjson
+
+from upgate.billing import jalali, money
+from upgate.services import accounts
+from upgate.store import connection as store, keyspace
+from upgate.services.accounts import UnknownAccount, atomic_write
+from upgate.services.key_rules import (  # noqa: F401  (the rules are part of this module's API)
+    ALPHABET, check_expires, check_models, check_monthly_limit, check_name, check_rpm, digest,
+    display, generate, InvalidKeySetting, iso_ms, KEY_BODY_LENGTH, KEY_ID_SHAPE, KEY_LENGTH,
+    KEY_PREFIX, KeyAdminError, KeyInfo, KeyRevoked, NAME_MAX, parse_expires, parse_models,
+    parse_rpm, PepperMissing, PREFIX_LENGTH, RPM_DEFAULT, RPM_MAX, RPM_MIN, state, UnknownKey,
+    view, well_formed,
+)
+
+
+# ---- operations (sync client: redis.Redis or redis.RedisCluster) ------------------------------
+
+UNSET = object()  # "leave this setting as it is" in update_key
+
+
+def _new_key_id(client) -> str:
+    for _ in range(5):
+        kid = secrets.token_hex(8)
+        if not client.exists(keyspace.key_owner(kid)):
+            return kid
+    raise RuntimeError("could not draw an unused key id")  # 64 random bits: never happens
+
+
+def create_key(client, pepper: str, account_id: str, *, name: str | None = None,
+               monthly_limit_micro: int | None = None, allowed_models=None,
+               rpm: int = RPM_DEFAULT, expires_at_ms: int | None = None) -> tuple[str, str, str]:
+    """Create a key for an existing account; returns ``(full_key, key_id, prefix)``. The full
+    key exists only in this return value: Redis gets its HMAC under `pepper`."""
+    if not isinstance(pepper, str) or not pepper:
+        raise PepperMissing("no key pepper: set UPGATE_KEY_PEPPER to the gateway's value")
+    name = check_name(name)
+    rpm = check_rpm(rpm)
+    if monthly_limit_micro is not None:
+        check_monthly_limit(monthly_limit_micro)
+    models = check_models(allowed_models) if allowed_models is not None else None
+    if expires_at_ms is not None:
+        check_expires(expires_at_ms)
+    acct = accounts.require_account(client, account_id)
+
+    key = generate()
+    kid = _new_key_id(client)
+    h = digest(key, pepper)
+    record = {"account_id": acct, "key_id": kid, "prefix": key[:PREFIX_LENGTH],
+              "last4": key[-4:], "hash": h, "rpm": rpm, "revoked": "0",
+              "created_at": int(time.time())}
+    if name is not None:
+        record["name"] = name
+    if monthly_limit_micro is not None:
+        record["monthly_limit"] = monthly_limit_micro
+    if models is not None:
+        record["allowed_models"] = orjson.dumps(models).decode()
+    if expires_at_ms is not None:
+        record["expires_at"] = expires_at_ms
+
+    def index(p):
+        p.set(keyspace.key_owner(kid), acct)
+
+    def records(p):
+        p.hset(keyspace.key_record(acct, kid), mapping=record)
+        p.sadd(keyspace.account_keys(acct), kid)
+
+    def live(p):  # last: until this is written the key authenticates nothing
+        p.set(keyspace.keyhash(h), f"{acct}:{kid}")
+
+    atomic_write(client, [index, records, live])
+    return key, kid, record["prefix"]
+
+
+def _owner(client, key_id: str, account_id: str | None = None) -> str:
+    if not isinstance(key_id, str) or not KEY_ID_SHAPE.fullmatch(key_id):
+        raise UnknownKey(f"unknown key {key_id!r}")
+    acct = client.get(keyspace.key_owner(key_id))
+    if acct is None:
+        raise UnknownKey(f"unknown key {key_id}")
+    acct = store.text(acct)
+    if account_id is not None and accounts.normalize_id(account_id) != acct:
+        raise UnknownKey(f"key {key_id} does not belong to account {account_id}")
+    return acct
+
+
+def _record(client, acct: str, key_id: str) -> dict[str, str]:
+    raw = client.hgetall(keyspace.key_record(acct, key_id))
+    if not raw:
+        raise UnknownKey(f"unknown key {key_id}")
+    return store.text_map(raw)
+
+
+def find_key(client, key_id: str) -> dict:
+    """The operator's view of one key (as in `list_keys`), found by its id alone."""
+    acct = _owner(client, key_id)
+    return view(_record(client, acct, key_id), jalali.month_key())
+
+
+def update_key(client, key_id: str, *, account_id: str | None = None, name=UNSET,
+               monthly_limit_micro=UNSET, allowed_models=UNSET, rpm=UNSET,
+               expires_at_ms=UNSET) -> dict:
+    """Change a key's settings; returns its new view. A setting left UNSET stays as it is;
+    None clears it (no name, no monthly limit, all models, no expiry; rpm cannot be None).
+    Refused for an unknown or revoked key, or when nothing is asked to change."""
+    to_set: dict[str, object] = {}
+    to_clear: list[str] = []
+    if name is not UNSET:
+        checked = check_name(name)
+        if checked is None:
+            to_clear.append("name")
+        else:
+            to_set["name"] = checked
+    if monthly_limit_micro is not UNSET:
+        if monthly_limit_micro is None:
+            to_clear.append("monthly_limit")
+        else:
+            to_set["monthly_limit"] = check_monthly_limit(monthly_limit_micro)
+    if allowed_models is not UNSET:
+        if allowed_models is None:
+            to_clear.append("allowed_models")
+        else:
+            to_set["allowed_models"] = orjson.dumps(check_models(allowed_models)).decode()
+    if rpm is not UNSET:
+        to_set["rpm"] = check_rpm(rpm)
+    if expires_at_ms is not UNSET:
+        if expires_at_ms is None:
+            to_clear.append("expires_at")
+        else:
+            to_set["expires_at"] = check_expires(expires_at_ms)
+    if not to_set and not to_clear:
+        raise InvalidKeySetting("nothing to change: give at least one setting")
+
+    acct = _owner(client, key_id, account_id)
+    record = _record(client, acct, key_id)
+    if record.get("revoked") == "1":
+        raise KeyRevoked(f"key {key_id} is revoked; revoked keys never return (create a new key)")
+    rec = keyspace.key_record(acct, key_id)
+
+    def change(p):
+        if to_set:
+            p.hset(rec, mapping=to_set)
+        if to_clear:
+            p.hdel(rec, *to_clear)
+
+    atomic_write(client, [change], event={"t": "key", "hash": record["hash"]})
+    return find_key(client, key_id)
+
+
+def revoke_key(client, key_id: str, *, account_id: str | None = None) -> bool:
+    """Revoke for good: the hash lookup is deleted and the record marked revoked, so the key
+    fails on its very next request and can never come back. Returns False when it already
+    was revoked (the call is idempotent and repeats the clean-up)."""
+    acct = _owner(client, key_id, account_id)
+    record = _record(client, acct, key_id)
+    was = record.get("revoked") == "1"
+    h = record["hash"]
+
+    def dead(p):  # first: from here on the key authenticates nothing
+        p.delete(keyspace.keyhash(h))
+
+    def mark(p):
+        p.hset(keyspace.key_record(acct, key_id), "revoked", "1")
+
+    atomic_write(client, [dead, mark], event={"t": "key", "hash": h})
+    return not was
+
+
+def list_keys(client, account_id: str) -> list[dict]:
+    """Every key of the account, oldest first: key_id, name, prefix, last4, display, rpm,
+    monthly_limit_micro, spent_this_month_micro, held_micro, allowed_models, expires_at_ms,
+    state, created_at. Never the hash, never the full key."""
+    acct = accounts.require_account(client, account_id)
+    kids = sorted(store.text(k) for k in client.smembers(keyspace.account_keys(acct)))
+    pipe = client.pipeline(transaction=False)
+    for kid in kids:
+        pipe.hgetall(keyspace.key_record(acct, kid))
+    month = jalali.month_key()
+    out = [view(store.text_map(raw), month) for raw in pipe.execute() if raw] if kids else []
+    out.sort(key=lambda v: (v["created_at"], v["key_id"]))
+    return out
+
+
+def to_json(v: dict) -> dict:
+    """A key view as JSON (`key list --json`): amounts as toman strings, times ISO 8601 UTC."""
+    limit = v["monthly_limit_micro"]
+    return {
+        "key_id": v["key_id"],
+        "account_id": v["account_id"],
+        "name": v["name"],
+        "prefix": v["prefix"],
+        "last4": v["last4"],
+        "rpm": v["rpm"],
+        "monthly_limit_toman": money.fmt(limit) if limit is not None else None,
+        "spent_this_month_toman": money.fmt(v["spent_this_month_micro"]),
+        "held_toman": money.fmt(v["held_micro"]),
+        "allowed_models": v["allowed_models"],
+        "expires_at": iso_ms(v["expires_at_ms"]) if v["expires_at_ms"] is not None else None,
+        "state": v["state"],
+        "created_at": jalali.utc_iso(v["created_at"]) if v["created_at"] else None,
+    }
+
+
+def key_object(v: dict) -> dict:
+    """The management API's key object (OPERATORS.md): `to_json` plus `status`."""
+    return dict(to_json(v), status=v["state"])
+
+
+__all__ = [
+    "KEY_PREFIX", "KeyInfo", "generate", "well_formed", "digest", "display",
+    "create_key", "update_key", "revoke_key", "list_keys", "find_key", "UNSET",
+    "KeyAdminError", "InvalidKeySetting", "UnknownKey", "KeyRevoked", "PepperMissing",
+    "UnknownAccount", "check_rpm", "parse_rpm", "check_monthly_limit", "check_models",
+    "parse_models", "check_expires", "parse_expires", "check_name", "state", "to_json", "key_object",
+]
