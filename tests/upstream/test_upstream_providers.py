@@ -63,7 +63,7 @@ def test_repr_never_shows_the_key() -> None:
     ("[other]\nx = 1\n", "no [providers.NAME] table"),
     ("[providers.a]\ndialect = \"openai\"\n", "[providers.a] needs base_url"),
     ("[providers.a]\nbase_url = \"ftp://x\"\n", "must be an http(s) URL"),
-    ("[providers.a]\nbase_url = \"https://x/v1\"\ndialect = \"anthropic\"\n", "unknown dialect"),
+    ("[providers.a]\nbase_url = \"https://x/v1\"\ndialect = \"gemini\"\n", "unknown dialect"),
     ("[providers.a]\nbase_url = \"https://x/v1\"\ndialetc = \"openai\"\n", "unknown key(s): dialetc"),
     ("[providers.a]\nbase_url = \"https://x/v1\"\napi_key_env = 3\n", "api_key_env must be"),
     ("providers = 3\n", "no [providers.NAME] table"),
@@ -120,4 +120,9 @@ def test_openai_dialect_non_stream_has_neither() -> None:
 
 def test_unknown_dialect() -> None:
     with pytest.raises(ValueError):
-        prepare_body(BODY, "anthropic", "m", True)
+        prepare_body(BODY, "gemini", "m", True)
+
+
+def test_anthropic_dialect_serves_chat_only() -> None:
+    with pytest.raises(ValueError):
+        prepare_body({"model": "x", "input": "hi"}, "anthropic", "m", False, path="embeddings")
