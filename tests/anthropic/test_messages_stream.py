@@ -19,10 +19,10 @@ from upgate.messages.request import to_chat
 TEXT_BLOCK = ["content_block_start"] + ["content_block_delta"] * 5 + ["content_block_stop"]
 
 
-def raw_events(node, key, body: dict) -> list[tuple[str, dict]]:
+def raw_events(node, key, body: dict, **headers) -> list[tuple[str, dict]]:
     """(event name, data) of every event, in order, as the bytes came."""
     with httpx.stream("POST", node.base + "/messages", json={**body, "stream": True},
-                      headers={"x-api-key": key, "anthropic-version": "2023-06-01"}) as r:
+                      headers={"x-api-key": key, "anthropic-version": "2023-06-01", **headers}) as r:
         assert r.status_code == 200
         assert r.headers["content-type"] == "text/event-stream"
         text = r.read().decode()
@@ -55,7 +55,7 @@ def test_golden_sequence_through_a_chat_upstream(claude_node, funded):
 def test_golden_sequence_from_an_anthropic_provider_with_thinking(claude_node, funded, mock):
     events = raw_events(claude_node, funded[0], {
         "model": "claude-sonnet-4-5", "max_tokens": 2048, "messages": HELLO,
-        "thinking": {"type": "enabled", "budget_tokens": 1024}})
+        "thinking": {"type": "enabled", "budget_tokens": 1024}}, **{"anthropic-beta": "interleaved-thinking-2025-05-14"})
     names = [n for n, _ in events]
     assert names == ["message_start", "ping", "content_block_start", "content_block_delta", "content_block_delta",
                      "content_block_stop", *TEXT_BLOCK, "message_delta", "message_stop"]
@@ -67,6 +67,7 @@ def test_golden_sequence_from_an_anthropic_provider_with_thinking(claude_node, f
     sent = httpx.get(f"http://127.0.0.1:{mock.port}/_mock/stats").json()
     assert sent["last_body"]["thinking"] == {"type": "enabled", "budget_tokens": 1024}  # as the client sent it
     assert sent["last_headers"]["X-Api-Key"] and "Authorization" not in sent["last_headers"]
+    assert sent["last_headers"]["Anthropic-Beta"] == "interleaved-thinking-2025-05-14"  # Claude Code's betas pass
 
 
 def test_thinking_signature_survives_the_sdk(claude_node, funded):

@@ -22,6 +22,8 @@ from upgate.messages import answer, errors
 from upgate.messages.events import EventEncoder
 from upgate.messages.request import to_chat
 
+_MAX_BETA = 1024  # characters of an anthropic-beta header passed upstream
+
 
 class MessagesFace:
     """What every Messages route shares: Anthropic-shaped errors (the spec's code kept) and the
@@ -41,6 +43,14 @@ class MessagesHandler(MessagesFace, ChatHandler):
     def _request(self, body: dict):
         self._chat = to_chat(body)
         return validate(self._chat, "chat")
+
+    def _upstream_headers(self, provider, headers: dict) -> dict:
+        """An anthropic provider gets the client's `anthropic-beta` (the betas its body may
+        use, as Claude Code sends them); other dialects get nothing of the Messages API."""
+        beta = self.request.headers.get("anthropic-beta")
+        if provider.dialect == "anthropic" and beta and len(beta) <= _MAX_BETA and beta.isprintable():
+            return {**headers, "anthropic-beta": beta}
+        return headers
 
     @property
     def message_id(self) -> str:

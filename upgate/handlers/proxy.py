@@ -215,7 +215,8 @@ class ProxyHandler(StreamRelay, BaseHandler):
             raise CandidateFailed(GatewayError("upstream_unavailable"))
         payload = prepare_body(req.body, provider.dialect, model.upstream_model, req.stream,
                                path=self.PATH)
-        call = self._call = ctx.upstream.open(provider.url(self.PATH), payload, provider.headers())
+        call = self._call = ctx.upstream.open(provider.url(self.PATH), payload,
+                                              self._upstream_headers(provider, provider.headers()))
         self._attempt = (model.provider, time.monotonic())
         try:
             try:
@@ -356,6 +357,10 @@ class ProxyHandler(StreamRelay, BaseHandler):
     def _answer_bytes(self, obj: dict) -> bytes:
         """A JSON answer (chat shape, settled) as the client's bytes."""
         return orjson.dumps(obj)
+
+    def _upstream_headers(self, provider, headers: dict) -> dict:
+        """The provider's request headers (a Messages client's anthropic-beta is added)."""
+        return headers
 
     def _dialect(self, model) -> str:
         provider = self.ctx.providers.get(model.provider)
