@@ -24,7 +24,7 @@ def setup(redis_url: str, pepper: str) -> dict:
     """Load the demo catalog, create the account and key; returns what the banner prints."""
     client = store.connect_sync(redis_url)
     text = resources.files("upgate").joinpath("demo_catalog.toml").read_text(encoding="utf-8")
-    catalog_store.store(client, catalog.parse(text, {"mock"}))
+    catalog_store.store(client, catalog.parse(text, {"mock", "mock-anthropic"}))
     account_id = accounts.create_account(client, "09120000000", money.parse_toman(DEMO_BALANCE))
     key, key_id, _prefix = keys.create_key(client, pepper, account_id, name="demo")
     admin = admin_tokens.create(client, pepper, "demo")
@@ -72,7 +72,10 @@ async def _main(sockets, port: int, mock_port: int) -> None:
     settings = Settings(redis_url="memory://", key_pepper=pepper, providers_path="(demo)")
     await mock_upstream.serve(mock_port)
     providers = {"mock": Provider(name="mock", base_url=f"http://127.0.0.1:{mock_port}/v1",
-                                  api_key="mock-demo", dialect="openai", available=True)}
+                                  api_key="mock-demo", dialect="openai", available=True),
+                 # the mock's Messages API: Claude Code works against the demo (docs/client-guide.md)
+                 "mock-anthropic": Provider(name="mock-anthropic", base_url=f"http://127.0.0.1:{mock_port}/v1",
+                                            api_key="mock-demo", dialect="anthropic", available=True)}
     info = setup(settings.redis_url, pepper)
     await serve_forever(settings, providers, sockets,
                         ready=lambda ctx: print(banner(port, info), flush=True))
