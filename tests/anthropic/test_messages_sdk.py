@@ -11,6 +11,8 @@ import pytest
 from tests.anthropic.conftest import CACHED, COMPLETION, PROMPT, sdk
 from tests.gateway import seed
 from tests.handlers.test_proxy import wallet
+from upgate.billing import sizing
+from upgate.messages.request import to_chat
 
 HELLO = [{"role": "user", "content": "Hello there, gateway!"}]  # 21 chars: the mock counts 5 tokens
 FIVE = "tok0 tok1 tok2 tok3 tok4 "
@@ -44,7 +46,11 @@ def test_message_is_billed_like_chat(claude_node, redis_url, funded, mock, model
     assert [b.type for b in msg.content] == ["text"] and msg.content[0].text == FIVE
     assert msg.stop_reason == "end_turn"
     assert (msg.usage.input_tokens, msg.usage.output_tokens) == (5, 5)
-    assert raw.headers["request-id"] == raw.headers["X-Svc-Request-Id"] == msg._request_id
+    assert raw.headers["request-id"] == raw.headers["X-Svc-Request-Id"]
+    with pytest.raises(anthropic.NotFoundError) as info:
+        sdk(claude_node, key).messages.count_tokens(model="claude-opus-9", messages=HELLO)
+    assert info.value.body["error"]["type"] == "not_found_error"
+    assert info.value.body["error"]["code"] == "model_not_found" == msg._request_id
     assert raw.headers["X-RateLimit-Remaining"] == "59"
     assert charged(redis_url, account_id, before) == 5 * PROMPT + 5 * COMPLETION
     # the same usage through /v1/chat/completions costs the same
@@ -102,8 +108,16 @@ def test_tools_round_trip(claude_node, funded, mock, model, stream):
 def test_count_tokens_is_unbilled_and_local(claude_node, redis_url, funded, mock):
     key, account_id, _ = funded
     before, calls = wallet(redis_url, account_id), last_upstream(mock)["requests"]
-    out = sdk(claude_node, key).messages.count_tokens(model="claude-sonnet-4-5", messages=HELLO, system="Be brief.")
-    assert out.input_tokens > 0
+    raw = sdk(claude_node, key).messages.with_raw_response.count_tokens(
+        model="claude-sonnet-4-5", messages=HELLO, system="Be brief.")
+    assert raw.parse().input_tokens == sizing.prompt_tokens(to_chat(
+        {"model": "x", "max_tokens": 1, "messages": HELLO, "system": "Be brief."}))
+    assert raw.headers["X-RateLimit-Remaining"] == "60"  # read, not counted
+    assert raw.headers["request-id"] == raw.headers["X-Svc-Request-Id"]
+    with pytest.raises(anthropic.NotFoundError) as info:
+        sdk(claude_node, key).messages.count_tokens(model="claude-opus-9", messages=HELLO)
+    assert info.value.body["error"]["type"] == "not_found_error"
+    assert info.value.body["error"]["code"] == "model_not_found"
     assert charged(redis_url, account_id, before) == 0
     assert last_upstream(mock)["requests"] == calls
 

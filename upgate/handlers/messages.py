@@ -95,4 +95,6 @@ class CountTokensHandler(MessagesFace, BaseHandler):
         if "chat" not in model.capabilities:
             raise GatewayError("invalid_request", f"Model {model.id} does not support messages.")
         check_allowed(self.key.allowed_models, [model.id])
+        # X-RateLimit-* as on every keyed route, read without counting (DESIGN.md)
+        self.set_rate(await self.ctx.ledger.rate_peek(self.key.account_id, self.key.key_id))
         self.write_json({"input_tokens": sizing.prompt_tokens(chat)})
