@@ -46,11 +46,7 @@ def test_message_is_billed_like_chat(claude_node, redis_url, funded, mock, model
     assert [b.type for b in msg.content] == ["text"] and msg.content[0].text == FIVE
     assert msg.stop_reason == "end_turn"
     assert (msg.usage.input_tokens, msg.usage.output_tokens) == (5, 5)
-    assert raw.headers["request-id"] == raw.headers["X-Svc-Request-Id"]
-    with pytest.raises(anthropic.NotFoundError) as info:
-        sdk(claude_node, key).messages.count_tokens(model="claude-opus-9", messages=HELLO)
-    assert info.value.body["error"]["type"] == "not_found_error"
-    assert info.value.body["error"]["code"] == "model_not_found" == msg._request_id
+    assert raw.headers["request-id"] == raw.headers["X-Svc-Request-Id"] == msg._request_id
     assert raw.headers["X-RateLimit-Remaining"] == "59"
     assert charged(redis_url, account_id, before) == 5 * PROMPT + 5 * COMPLETION
     # the same usage through /v1/chat/completions costs the same
@@ -114,6 +110,10 @@ def test_count_tokens_is_unbilled_and_local(claude_node, redis_url, funded, mock
         {"model": "x", "max_tokens": 1, "messages": HELLO, "system": "Be brief."}))
     assert raw.headers["X-RateLimit-Remaining"] == "60"  # read, not counted
     assert raw.headers["request-id"] == raw.headers["X-Svc-Request-Id"]
+    with pytest.raises(anthropic.NotFoundError) as info:
+        sdk(claude_node, key).messages.count_tokens(model="claude-opus-9", messages=HELLO)
+    assert info.value.body["error"]["type"] == "not_found_error"
+    assert info.value.body["error"]["code"] == "model_not_found"
     with pytest.raises(anthropic.NotFoundError) as info:
         sdk(claude_node, key).messages.count_tokens(model="claude-opus-9", messages=HELLO)
     assert info.value.body["error"]["type"] == "not_found_error"

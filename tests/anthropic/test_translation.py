@@ -10,7 +10,7 @@ from upgate.messages import answer, errors
 from upgate.messages.events import EventEncoder
 from upgate.messages.request import to_chat
 from upgate.upstream import anthropic as dialect
-from upgate.upstream.dialects import prepare_body
+from upgate.upstream.dialects import prepare_body, request_headers
 
 IMG = {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}
 
@@ -161,3 +161,12 @@ def test_the_dialect_stream_parser_ends_with_usage_then_done():
     assert chunks[-2]["choices"][0]["finish_reason"] == "stop"
     assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["prompt_tokens"] == 9
     assert chunks[-1]["usage"]["completion_tokens"] == 2
+
+
+def test_the_dialect_serves_chat_only_and_takes_its_key_in_x_api_key():
+    with pytest.raises(ValueError):
+        prepare_body({"model": "x", "input": "hi"}, "anthropic", "m", False, path="embeddings")
+    h = {"Content-Type": "application/json", "Authorization": "Bearer sk-ant-1"}
+    assert request_headers("anthropic", h) == {"Content-Type": "application/json", "x-api-key": "sk-ant-1",
+                                               "anthropic-version": "2023-06-01"}
+    assert request_headers("openai", h) is h

@@ -121,8 +121,3 @@ def test_openai_dialect_non_stream_has_neither() -> None:
 def test_unknown_dialect() -> None:
     with pytest.raises(ValueError):
         prepare_body(BODY, "gemini", "m", True)
-
-
-def test_anthropic_dialect_serves_chat_only() -> None:
-    with pytest.raises(ValueError):
-        prepare_body({"model": "x", "input": "hi"}, "anthropic", "m", False, path="embeddings")

@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 
 from upgate.billing import money
-from upgate.catalog import aliases as alias_rules
 from upgate.errors import GatewayError
+from upgate.catalog import aliases as alias_rules
 
 # <provider>/<model>[/<more>][:free|:batch|:online], lowercase. Every path segment starts with
 # a letter or digit, so there is no leading, trailing or doubled '/', and no '.'/'..' segment.
@@ -42,7 +42,8 @@ CACHE_PRICE_FIELDS = ("cached_prompt_toman_per_million", "cache_write_toman_per_
 ALL_PRICE_FIELDS = PRICE_FIELDS + CACHE_PRICE_FIELDS
 _REQUIRED_PRICES = ("prompt_toman_per_million", "completion_toman_per_million")
 _FIELDS = frozenset({"id", "provider", "upstream_model", "name", *ALL_PRICE_FIELDS, "capabilities",
-                     "context_length", "max_output_tokens", "hidden"}) | {"aliases"}
+                     "context_length", "max_output_tokens", "hidden"})
+_FIELDS |= {"aliases"}  # other names of a model (upgate/catalog/aliases.py)
 _DECIMAL = re.compile(r"^[0-9]+(?:\.[0-9]+)?$")
 _ZERO = money.to_decimal(0)
 
@@ -74,9 +75,9 @@ class Model:
     context_length: int | None = None
     max_output_tokens: int | None = None
     hidden: bool = False
+    aliases: tuple[str, ...] = ()  # other names it answers to (upgate/catalog/aliases.py)
     cached_prompt_toman_per_million: Decimal | None = None  # None: the prompt price
     cache_write_toman_per_million: Decimal | None = None  # None: the prompt price
-    aliases: tuple[str, ...] = ()  # other names it answers to (upgate/catalog/aliases.py)
     free: bool = field(init=False)  # id ends with ":free"
     online: bool = field(init=False)  # id ends with ":online"
     # The prices as exact integers, for pricing without Decimal on every request: (prompt,

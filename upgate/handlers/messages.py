@@ -47,6 +47,7 @@ class MessagesHandler(MessagesFace, ChatHandler):
     def _upstream_headers(self, provider, headers: dict) -> dict:
         """An anthropic provider gets the client's `anthropic-beta` (the betas its body may
         use, as Claude Code sends them); other dialects get nothing of the Messages API."""
+        headers = super()._upstream_headers(provider, headers)
         beta = self.request.headers.get("anthropic-beta")
         if provider.dialect == "anthropic" and beta and len(beta) <= _MAX_BETA and beta.isprintable():
             return {**headers, "anthropic-beta": beta}

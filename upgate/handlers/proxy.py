@@ -24,7 +24,7 @@ from upgate.billing.output_count import as_ours, chars_output, estimate_tokens, 
 from upgate.billing.refusals import LARGE_BODY
 from upgate.handlers.requests import parse_json, validate, wants_web_search
 from upgate.upstream.client import UpstreamCut, UpstreamTimeout, UpstreamUnreachable
-from upgate.upstream.dialects import decode_answer, prepare_body
+from upgate.upstream.dialects import decode_answer, prepare_body, request_headers
 from upgate.upstream.errors import body_error_message, map_error
 
 log = logging.getLogger("upgate")
@@ -359,8 +359,9 @@ class ProxyHandler(StreamRelay, BaseHandler):
         return orjson.dumps(obj)
 
     def _upstream_headers(self, provider, headers: dict) -> dict:
-        """The provider's request headers (a Messages client's anthropic-beta is added)."""
-        return headers
+        """The provider's request headers in its dialect (a Messages client adds its
+        anthropic-beta)."""
+        return request_headers(provider.dialect, headers)
 
     def _dialect(self, model) -> str:
         provider = self.ctx.providers.get(model.provider)

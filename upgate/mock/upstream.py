@@ -1,6 +1,8 @@
 """A fake OpenAI-compatible provider for tests, the demo and the benchmark.
 
 Run it with `upgate mock-upstream --port N`, or in-process with `await serve(port)`.
+`POST /v1/messages` speaks the Messages API: a provider of the `anthropic` dialect
+(upgate/mock/anthropic.py).
 
 Token accounting is deterministic so tests can compute exact costs:
 - completion_tokens = the number of content chunks: `mock.chunks` (default 5), capped by
@@ -22,8 +24,6 @@ unknown fields unchanged), over process-wide defaults set with `POST /_mock/conf
   with a call of the first tool, its arguments spread over the chunks), cached_tokens N and
   cache_write_tokens N (reported in usage.prompt_tokens_details), cost (USD, reported as
   usage.cost like OpenRouter).
-`POST /v1/messages` speaks the Messages API: a provider of the `anthropic` dialect
-(upgate/mock/anthropic.py).
 For a non-stream response, cut_after / silence_after act after the headers (N = 0) or
 after half the body (N > 0).
 

@@ -59,6 +59,19 @@ def prepare_body(body: dict, dialect: str, upstream_model: str, stream_upstream:
     return orjson.dumps(out)
 
 
+def request_headers(dialect: str, headers: dict[str, str]) -> dict[str, str]:
+    """A provider's request headers in its dialect: the Messages API takes its key in x-api-key,
+    with anthropic-version, never a bearer token."""
+    if dialect != "anthropic":
+        return headers
+    out = {k: v for k, v in headers.items() if k != "Authorization"}
+    auth = headers.get("Authorization", "")
+    if auth.startswith("Bearer "):
+        out["x-api-key"] = auth[len("Bearer "):]
+    out["anthropic-version"] = anthropic.VERSION
+    return out
+
+
 def stream_parser(dialect: str):
     """The parser of a provider's stream: `.feed(bytes)` → chat-chunk payloads (and [DONE])."""
     return anthropic.StreamParser() if dialect == "anthropic" else SSEParser()

@@ -4,9 +4,12 @@
 [providers.openrouter]
 base_url = "https://openrouter.ai/api/v1"   # chat/completions, embeddings, completions are appended
 api_key_env = "OPENROUTER_API_KEY"          # the key itself stays in the environment
-dialect = "openrouter"                      # or "openai", or "anthropic" (the Messages API)
+dialect = "openrouter"                      # or "openai"
 bill_by = "provider_cost"                   # optional; default "tokens" (docs/prices.md)
 ```
+
+The `anthropic` dialect speaks the Messages API (upstream/anthropic.py; its base_url ends in
+/v1 as Anthropic's does, and its headers are set by upstream/dialects.py).
 
 `api_key_env` may be left out for a provider that takes no key (the built-in mock). A key
 variable that is named but unset only disables that provider, with a warning, so one
@@ -20,7 +23,6 @@ from dataclasses import dataclass, field
 from typing import Mapping
 from urllib.parse import urlsplit
 
-from upgate.upstream.anthropic import VERSION as ANTHROPIC_VERSION
 from upgate.upstream.dialects import DIALECTS
 
 log = logging.getLogger("upgate.upstream")
@@ -53,11 +55,6 @@ class Provider:
 
     def headers(self) -> dict[str, str]:
         headers = {"Content-Type": "application/json"}
-        if self.dialect == "anthropic":  # the Messages API's own headers
-            headers["anthropic-version"] = ANTHROPIC_VERSION
-            if self.api_key:
-                headers["x-api-key"] = self.api_key
-            return headers
         if self.api_key:
             headers["Authorization"] = "Bearer " + self.api_key
         return headers
