@@ -162,3 +162,19 @@ def test_each_error_class(claude_node, redis_url, funded, mock):
     assert r.json()["error"] == {"type": "invalid_request_error", "message": "`max_tokens` is required.",
                                  "code": "invalid_request"}
     assert r.headers["x-should-retry"] == "false"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_stop_sequence_reaches_the_client_from_an_anthropic_provider(claude_node, redis_url, funded, stream):
+    key, account_id, _ = funded
+    before = wallet(redis_url, account_id)
+    client = sdk(claude_node, key)
+    ask = dict(model="claude-sonnet-4-5", max_tokens=100, messages=HELLO, stop_sequences=["tok3"])
+    if stream:
+        with client.messages.stream(**ask) as s:
+            msg = s.get_final_message()
+    else:
+        msg = client.messages.create(**ask)
+    assert msg.content[0].text == "tok0 tok1 tok2 "
+    assert (msg.stop_reason, msg.stop_sequence) == ("stop_sequence", "tok3")
+    assert charged(redis_url, account_id, before) == 5 * PROMPT + 3 * COMPLETION

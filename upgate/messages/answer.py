@@ -8,8 +8,20 @@ STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_
                 "function_call": "tool_use", "content_filter": "refusal"}
 
 
-def stop_reason(finish: str | None) -> str:
+_NATIVE = frozenset(("end_turn", "max_tokens", "stop_sequence", "tool_use", "pause_turn", "refusal"))
+
+
+def stop_reason(finish: str | None, native: str | None = None) -> str:
+    """The Messages stop_reason: a provider's own (`native_finish_reason`, as OpenRouter and the
+    anthropic dialect report it) when it is one, else mapped from the chat finish_reason."""
+    if native in _NATIVE:
+        return native
     return STOP_REASONS.get(finish or "stop", "end_turn")
+
+
+def stop_sequence(choice: dict) -> str | None:
+    value = choice.get("stop_sequence")
+    return value if isinstance(value, str) else None
 
 
 def usage(chat_usage: dict | None) -> dict:
@@ -68,8 +80,9 @@ def from_chat(obj: dict, model_id: str, message_id: str) -> dict:
             content.append({"type": "tool_use", "id": call.get("id") or "toolu_" + message_id,
                             "name": fn.get("name") or "", "input": tool_input(fn.get("arguments"))})
     out = {"id": message_id, "type": "message", "role": "assistant", "model": model_id,
-           "content": content, "stop_reason": stop_reason(choice.get("finish_reason")),
-           "stop_sequence": None, "usage": usage(obj.get("usage"))}
+           "content": content,
+           "stop_reason": stop_reason(choice.get("finish_reason"), choice.get("native_finish_reason")),
+           "stop_sequence": stop_sequence(choice), "usage": usage(obj.get("usage"))}
     if "svc" in obj:
         out["svc"] = obj["svc"]
     return out

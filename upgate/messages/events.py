@@ -27,6 +27,7 @@ class EventEncoder:
         self.kind = None  # the open block's type
         self.tools: dict[int, int] = {}  # a chat tool call's index → its block index
         self.stop_reason = None
+        self.stop_sequence = None
         self.delta_sent = False
         self.stopped = False
 
@@ -52,7 +53,8 @@ class EventEncoder:
             if isinstance(call, dict):
                 out.append(self._tool(call))
         if choice.get("finish_reason"):
-            self.stop_reason = answer.stop_reason(choice["finish_reason"])
+            self.stop_reason = answer.stop_reason(choice["finish_reason"], choice.get("native_finish_reason"))
+            self.stop_sequence = answer.stop_sequence(choice)
             out.append(self._close())
         if isinstance(obj.get("usage"), dict):
             out.append(self._message_delta(obj["usage"], obj.get("svc")))
@@ -130,7 +132,7 @@ class EventEncoder:
             return b""
         self.delta_sent = True
         data = {"type": "message_delta", "delta": {"stop_reason": self.stop_reason or "end_turn",
-                                                   "stop_sequence": None},
+                                                   "stop_sequence": self.stop_sequence},
                 "usage": answer.usage(usage) if usage is not None else
                 {"input_tokens": self.input_tokens, "output_tokens": 0}}
         if svc:

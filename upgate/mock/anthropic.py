@@ -55,6 +55,11 @@ class MessagesHandler(AnswerHandler):
             and tools and isinstance(tools[0], dict) else None
         thinking = isinstance(body.get("thinking"), dict) and body["thinking"].get("type") == "enabled"
         stop = "tool_use" if tool else "max_tokens" if self.length_cut() else "end_turn"
+        seq = next((s for s in body.get("stop_sequences") or () if isinstance(s, str) and s.startswith("tok")
+                    and s[3:].isdigit() and int(s[3:]) < steps), None)
+        if seq is not None and not tool:  # "tokN" ends the answer before it, as Anthropic's does
+            steps, stop = int(seq[3:]), "stop_sequence"
+            usage["output_tokens"] = steps
         mid = f"msg_mock{self.state.serial}"
         if not self.stream:
             content = [{"type": "thinking", "thinking": "mock thinking", "signature": "sig-mock"}] if thinking else []
@@ -65,7 +70,7 @@ class MessagesHandler(AnswerHandler):
                 content.append({"type": "text", "text": "".join(f"tok{k} " for k in range(steps))})
             return await self.send_json({"id": mid, "type": "message", "role": "assistant",
                                          "model": body.get("model"), "content": content,
-                                         "stop_reason": stop, "stop_sequence": None, "usage": usage})
+                                         "stop_reason": stop, "stop_sequence": seq, "usage": usage})
         start = {**usage, "output_tokens": 1}
         head = [event("message_start", {"type": "message_start", "message": {
             "id": mid, "type": "message", "role": "assistant", "model": body.get("model"), "content": [],
@@ -85,7 +90,7 @@ class MessagesHandler(AnswerHandler):
             head.append(_start(index, {"type": "text", "text": ""}))
             pieces = [_delta(index, {"type": "text_delta", "text": f"tok{k} "}) for k in range(steps)]
         tail = [_stop(index), event("message_delta", {"type": "message_delta", "delta": {
-            "stop_reason": stop, "stop_sequence": None}, "usage": {"output_tokens": steps}}),
+            "stop_reason": stop, "stop_sequence": seq}, "usage": {"output_tokens": steps}}),
             event("message_stop", {"type": "message_stop"})]
         await self._send_events(head, pieces, tail)
 

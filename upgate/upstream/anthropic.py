@@ -173,11 +173,20 @@ def chat_answer(raw: bytes) -> dict:
         message["reasoning"] = "".join(d.get("text", "") for d in details)
     out = {"id": msg.get("id") or "", "object": "chat.completion", "created": int(time.time()),
            "model": msg.get("model") or "",
-           "choices": [{"index": 0, "message": message,
-                        "finish_reason": _FINISH.get(msg.get("stop_reason"), "stop")}]}
+           "choices": [{"index": 0, "message": message, **_finish(msg)}]}
     usage = chat_usage(msg.get("usage"))
     if usage is not None:
         out["usage"] = usage
+    return out
+
+
+def _finish(d: dict) -> dict:
+    """A choice's finish fields for a Message's (or message_delta's) stop: the chat reason, the
+    provider's own (native_finish_reason, as OpenRouter names it) and the stop sequence met."""
+    out = {"finish_reason": _FINISH.get(d.get("stop_reason"), "stop"),
+           "native_finish_reason": d.get("stop_reason")}
+    if isinstance(d.get("stop_sequence"), str):
+        out["stop_sequence"] = d["stop_sequence"]
     return out
 
 
@@ -204,10 +213,11 @@ class StreamParser:
                 out.extend(self._event(ev))
         return out
 
-    def _chunk(self, delta: dict | None, finish: str | None = None, usage: dict | None = None) -> bytes:
+    def _chunk(self, delta: dict | None, finish: dict | None = None, usage: dict | None = None) -> bytes:
         obj = {"id": self._id, "object": "chat.completion.chunk", "created": int(time.time()),
                "model": self._model,
-               "choices": [] if delta is None else [{"index": 0, "delta": delta, "finish_reason": finish}]}
+               "choices": [] if delta is None else [{"index": 0, "delta": delta,
+                                                     **(finish or {"finish_reason": None})}]}
         if usage is not None:
             obj["usage"] = usage
         return orjson.dumps(obj)
@@ -249,7 +259,7 @@ class StreamParser:
         if kind == "message_delta":
             d = ev.get("delta") if isinstance(ev.get("delta"), dict) else {}
             self._usage.update({k: v for k, v in (ev.get("usage") or {}).items() if v is not None})
-            return [self._chunk({}, _FINISH.get(d.get("stop_reason"), "stop")),
+            return [self._chunk({}, _finish(d)),
                     self._chunk(None, usage=chat_usage(self._usage))]
         if kind == "message_stop":
             return [b"[DONE]"]
