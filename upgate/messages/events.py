@@ -33,10 +33,17 @@ class EventEncoder:
 
     def chunk(self, obj: dict) -> bytes:
         """The events for one chat chunk (b"" when it carries nothing a client sees)."""
-        out = [self._start()]
         choices = obj.get("choices") if isinstance(obj.get("choices"), list) else []
         choice = choices[0] if choices and isinstance(choices[0], dict) else {}
         delta = choice.get("delta") if isinstance(choice.get("delta"), dict) else {}
+        text = delta.get("content")
+        if (self.kind == "text" and type(text) is str and text and len(delta) <= 2
+                and not choice.get("finish_reason") and "usage" not in obj
+                and (len(delta) == 1 or "role" in delta)):
+            # the common event, text inside an open text block: one event, nothing else to look at
+            return b'event: content_block_delta\ndata: {"type":"content_block_delta","index":%d,' \
+                b'"delta":{"type":"text_delta","text":%b}}\n\n' % (self.index, orjson.dumps(text))
+        out = [self._start()]
         for d in delta.get("reasoning_details") or ():
             if isinstance(d, dict) and d.get("type") == _SIGNED:
                 if d.get("text"):
