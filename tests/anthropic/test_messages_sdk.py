@@ -3,15 +3,18 @@ provider (chat dialect, and the anthropic dialect's /v1/messages), billed on a p
 Money is checked to the micro-toman, against what the chat route charges for the same usage."""
 from __future__ import annotations
 
+import contextlib
+
 import anthropic
 import httpx
 import openai
+import orjson
 import pytest
 
 from tests.anthropic.conftest import CACHED, COMPLETION, PROMPT, sdk
 from tests.gateway import seed
 from tests.handlers.test_proxy import wallet
-from upgate.billing import sizing
+from upgate.billing import money, sizing
 from upgate.messages.request import to_chat
 
 HELLO = [{"role": "user", "content": "Hello there, gateway!"}]  # 21 chars: the mock counts 5 tokens
@@ -178,3 +181,43 @@ def test_stop_sequence_reaches_the_client_from_an_anthropic_provider(claude_node
     assert msg.content[0].text == "tok0 tok1 tok2 "
     assert (msg.stop_reason, msg.stop_sequence) == ("stop_sequence", "tok3")
     assert charged(redis_url, account_id, before) == 5 * PROMPT + 3 * COMPLETION
+
+
+def test_hold_from_max_tokens_and_the_meta_block(claude_node, redis_url, funded):
+    """The hold is the chat route's for the translated body (sized from max_tokens); the svc
+    block rides on the Message when asked for."""
+    key = funded[0]
+    client = sdk(claude_node, key, default_headers={"X-Svc-Include-Meta": "1"})
+    for max_tokens in (100, 4000):
+        raw = client.messages.with_raw_response.create(model="claude-sonnet-4-5", max_tokens=max_tokens, messages=HELLO)
+        svc = orjson.loads(raw.http_response.content)["svc"]
+        model = claude_node.ctx.catalog.resolve("claude-sonnet-4-5")
+        hold = sizing.hold_micro(to_chat({"model": "x", "max_tokens": max_tokens, "messages": HELLO}), [model])
+        assert svc["hold_toman"] == money.fmt(hold) and svc["model"] == "anthropic/claude-sonnet-4.5"
+        assert svc["cost_toman"] == money.fmt(5 * PROMPT + 5 * COMPLETION)
+    poor = seed(redis_url, phone="09120000004", balance="100")[0]  # 5 + 100 tokens fit, 4000 do not
+    sdk(claude_node, poor).messages.create(model="claude-sonnet-4-5", max_tokens=100, messages=HELLO)
+    with pytest.raises(anthropic.APIStatusError) as info:
+        sdk(claude_node, poor).messages.create(model="claude-sonnet-4-5", max_tokens=4000, messages=HELLO)
+    assert info.value.status_code == 402 and info.value.body["error"]["code"] == "insufficient_balance"
+
+
+def test_streams_share_the_accounts_cap_with_chat(claude_node, funded, mock):
+    """Ten chat streams held open by the provider: a Messages stream is the eleventh."""
+    key = funded[0]
+    readers = []
+    with contextlib.ExitStack() as stack:
+        http = stack.enter_context(httpx.Client(timeout=30))
+        for _ in range(10):
+            r = stack.enter_context(http.stream(
+                "POST", claude_node.base + "/chat/completions", headers={"Authorization": f"Bearer {key}"},
+                json={"model": "mock/chat-1", "messages": HELLO, "stream": True, "mock": {"gate_after": 1}}))
+            assert r.status_code == 200
+            readers.append(r.iter_raw())  # (kept: a dropped reader closes its response)
+            next(readers[-1])  # the first chunk: the stream holds its slot
+        with pytest.raises(anthropic.RateLimitError) as info:
+            with sdk(claude_node, key).messages.stream(model="mock/chat-1", max_tokens=10, messages=HELLO) as s:
+                s.get_final_message()
+        assert info.value.body["error"]["code"] == "too_many_concurrent_streams"
+        assert info.value.response.headers["Retry-After"] == "5"
+        httpx.post(f"http://127.0.0.1:{mock.port}/_mock/release")
