@@ -4,6 +4,7 @@ Money is checked to the micro-toman, against what the chat route charges for the
 from __future__ import annotations
 
 import contextlib
+import http.client
 
 import anthropic
 import httpx
@@ -221,3 +222,20 @@ def test_streams_share_the_accounts_cap_with_chat(claude_node, funded, mock):
         assert info.value.body["error"]["code"] == "too_many_concurrent_streams"
         assert info.value.response.headers["Retry-After"] == "5"
         httpx.post(f"http://127.0.0.1:{mock.port}/_mock/release")
+
+
+def test_a_body_past_the_limit_is_refused_in_anthropic_shape_before_it_is_read(claude_node, funded):
+    conn = http.client.HTTPConnection("127.0.0.1", claude_node.port, timeout=10)
+    try:
+        conn.putrequest("POST", "/v1/messages")
+        conn.putheader("x-api-key", funded[0])
+        conn.putheader("Content-Length", str(21 * 1024 * 1024))
+        conn.endheaders()  # no body byte is sent: the answer comes from the headers alone
+        resp = conn.getresponse()
+        body = orjson.loads(resp.read())
+    finally:
+        conn.close()
+    assert resp.status == 413
+    assert body["type"] == "error" and body["error"]["type"] == "request_too_large"
+    assert body["error"]["code"] == "request_too_large"
+    assert resp.getheader("request-id") == resp.getheader("X-Svc-Request-Id")
