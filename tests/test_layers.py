@@ -10,7 +10,7 @@ ROOT = Path(__file__).resolve().parents[1]
 LAYERS = [
     ("base", ["upgate", "upgate.errors", "upgate.settings"]),
     ("store, wire", ["upgate.store", "upgate.http", "upgate.upstream"]),
-    ("money, catalog", ["upgate.billing", "upgate.catalog"]),
+    ("money, catalog", ["upgate.billing", "upgate.catalog", "upgate.routes"]),
     ("services", ["upgate.services", "upgate.webhooks"]),
     ("faces", ["upgate.handlers", "upgate.console", "upgate.dashboard", "upgate.payments", "admin_cli",
                "upgate.mock"]),
