@@ -51,7 +51,8 @@ class Metrics:
                                        ["provider", "code"], registry=r)
         self.webhooks = Counter("upgate_webhook_deliveries_total", "Webhook delivery attempts by outcome: "
                                 "delivered (2xx), retried (failed, another attempt scheduled), failed "
-                                "(given up after the retry window)", ["outcome"], registry=r)
+                                "(given up after the retry window), overflow (moved to the failed list from a full "
+                                "outbox), dropped (lost: webhooks off, or the failed list full)", ["outcome"], registry=r)
         # models of several routes (docs/routes.md): each attempt by route and outcome ("ok" or
         # the failure's code), and its wait for the response headers (or the failure)
         self.route_requests = Counter("upgate_route_requests_total", "Attempts on a route of a model "
