@@ -121,10 +121,11 @@ class Failover:
                         continue
                     break
                 if model.routed:
-                    self.route_log.append((model.id, route.route_id, "ok", self.route_ttfb_s))
                     ctx.routes.succeeded(model.id, route)
                 return
             if model.routed:
+                if self.route_log and self.route_log[-1][1:3] == (route.route_id, "ok"):
+                    self.route_log.pop()  # it answered 200, then failed before any content
                 self.route_log.append((model.id, route.route_id, failed.err.code, time.monotonic() - started))
                 if failed.err.code not in NO_FALLBACK:
                     await ctx.routes.failed(model.id, route)

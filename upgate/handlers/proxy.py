@@ -54,7 +54,6 @@ class ProxyHandler(Failover, StreamRelay, BaseHandler):
     attempts: list | tuple = ()  # (provider, seconds) of every upstream attempt, for metrics
     failures: list | tuple = ()  # (provider, code) of every candidate that failed
     _attempt = None  # (provider, start) of the upstream attempt in progress
-    route_ttfb_s = 0.0  # the answering attempt's wait for its response headers
     stream = False
     billing = None  # "settled" | "released", for metrics
     free = False
@@ -178,7 +177,8 @@ class ProxyHandler(Failover, StreamRelay, BaseHandler):
                 raise CandidateFailed(GatewayError(code, message, status=status), strike=code in _RATE_CODES,
                                       refused_key=refused)
             self.answered = model
-            self.route_ttfb_s = time.monotonic() - self._attempt[1]
+            if model.routed:  # booked now: the access log and metrics are written as the answer ends
+                self.route_log.append((model.id, route.route_id, "ok", time.monotonic() - self._attempt[1]))
             self.ttfb_ms = round((time.monotonic() - self.started) * 1000)
             if req.stream:
                 await self._relay_stream(call, model, req.body)

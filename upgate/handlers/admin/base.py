@@ -14,7 +14,7 @@ from contextlib import contextmanager
 
 import orjson
 
-from upgate.services import accounts, admin_log, keys, records, transactions
+from upgate.services import accounts, admin_log, keys, records, routes, transactions
 from upgate.errors import GatewayError
 from upgate.handlers.admin.spec import READ_VERBS, Op
 from upgate.handlers.base import BaseHandler
@@ -23,7 +23,8 @@ from upgate.webhooks import service as webhook_service
 log = logging.getLogger("upgate")
 
 
-NOT_FOUND = (accounts.UnknownAccount, keys.UnknownKey, records.UnknownRequest, webhook_service.UnknownEvent)
+NOT_FOUND = (accounts.UnknownAccount, keys.UnknownKey, records.UnknownRequest, webhook_service.UnknownEvent,
+             routes.UnknownModel)
 
 
 def service_error(e: ValueError, param: str | None = None, force: bool = False) -> GatewayError:

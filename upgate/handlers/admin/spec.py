@@ -75,6 +75,10 @@ COMPONENTS = {
         "days": {"type": "array", "items": obj({"day": JDAY, "requests": {"type": "integer"},
                                                 "charges_toman": MONEY})}}),
     "Model": {"type": "object", "required": ["id"], "properties": {"id": {"type": "string"}}},
+    "Route": obj({"model": {"type": "string"}, "provider": {"type": "string"},
+                  "upstream_model": {"type": "string"}, "priority": {"type": "integer"},
+                  "weight": {"type": "integer"}, "state": {"enum": ["healthy", "cold"]},
+                  "cold_until": nullable(TIME), "failures": {"type": "integer"}}),
     "AuditEntry": obj({"time": TIME, "actor": {"type": "string"}, "action": {"type": "string"},
                        "target": nullable({"type": "string"}), "detail": {"type": "object"}}),
 }
