@@ -312,6 +312,6 @@ class StatementCsvHandler(ConsoleHandler):
 class ModelsHandler(ConsoleHandler):
     async def get(self) -> None:
         page = await self.call(data.models_page)
-        ledger = self.ctx.ledger
-        cold = {m["id"]: ledger.cold_until(m["id"]) for m in page["models"]}
+        got = self.ctx.catalog.get
+        cold = {m["id"]: data.model_cold(self.ctx, got(m["id"])) if got(m["id"]) else None for m in page["models"]}
         self.render("models.html", nav="models", cold={k: v for k, v in cold.items() if v}, **page)
