@@ -7,7 +7,7 @@ an entry with both would leave the operator guessing which one is in force.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 MAX_ROUTES = 16  # more is a configuration mistake, and every one costs a health entry
 MAX_WEIGHT = 1_000_000
@@ -21,11 +21,12 @@ class Route:
     upstream_model: str  # the model name that provider expects
     priority: int = 0  # lowest first
     weight: int = 1  # share of the traffic among the routes of one priority
+    # the route's name in health records and metrics, unique within its model (a field, not a
+    # property: it is read on every request)
+    route_id: str = field(init=False, compare=False, repr=False)
 
-    @property
-    def route_id(self) -> str:
-        """The route's name in health records and metrics: unique within its model."""
-        return f"{self.provider}|{self.upstream_model}"
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "route_id", f"{self.provider}|{self.upstream_model}")
 
     def to_json(self) -> dict:
         return {"provider": self.provider, "upstream_model": self.upstream_model,

@@ -74,6 +74,8 @@ class Model:
     # every upstream that may serve it (upgate/catalog/route_rules.py); () = the one route
     # `provider`/`upstream_model` name. `provider`/`upstream_model` are always the primary's.
     routes: tuple[Route, ...] = ()
+    # served by two or more routes: route health and failover apply (docs/routes.md)
+    routed: bool = field(init=False, compare=False, repr=False)
     free: bool = field(init=False)  # id ends with ":free"
     online: bool = field(init=False)  # id ends with ":online"
     # The prices as exact integers, for pricing without Decimal on every request: (prompt,
@@ -92,11 +94,7 @@ class Model:
         object.__setattr__(self, "_via", {r.route_id: self if (r.provider, r.upstream_model) ==
                                           (self.provider, self.upstream_model) else None
                                           for r in self.routes})
-
-    @property
-    def routed(self) -> bool:
-        """Served by two or more routes: route health and failover apply (docs/routes.md)."""
-        return len(self.routes) > 1
+        object.__setattr__(self, "routed", len(self.routes) > 1)
 
     def via(self, route: Route) -> "Model":
         """This model as served by `route`: its provider and upstream model, the same prices."""

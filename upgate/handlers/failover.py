@@ -32,15 +32,11 @@ class Failover:
 
     route_log: list | tuple = ()  # (model, route id, outcome, seconds) of a routed model's attempts
 
-    def _cold_left(self, model) -> float | None:
-        """Seconds the model stays cold (no I/O): every route cold for a model of several
-        routes, else the spec's per-model cool-down."""
-        if model.routed:
-            return self.ctx.routes.model_cold(model)
-        return self.ctx.ledger.cold_until(model.id)
-
     def _check_cold(self, models) -> None:
-        waits = [self._cold_left(m) for m in models]
+        """429 when every candidate is cold (no I/O): a model of several routes when every
+        route is, else by the spec's per-model cool-down."""
+        routes, ledger = self.ctx.routes, self.ctx.ledger
+        waits = [routes.model_cold(m) if m.routed else ledger.cold_until(m.id) for m in models]
         if all(w for w in waits):
             raise GatewayError("upstream_rate_limited", "This model is cooling down after repeated "
                                "provider rate limits.", retry_after=max(1, math.ceil(min(waits))))
@@ -49,17 +45,29 @@ class Failover:
         ctx = self.ctx
         last = None  # the last candidate's failure (none tried: upstream_unavailable)
         strikes: list[str] = []  # models the provider rate-limited: one cool-down strike each
+        providers = ctx.providers
         for model in models:
             if self._aborted or self._gone:  # shutdown or the client left: no next candidate
                 break
-            if self._cold_left(model):
+            if ctx.routes.model_cold(model) if model.routed else ctx.ledger.cold_until(model.id):
                 continue
+            # one route and one key: one attempt, exactly as before routes (the hot path)
+            simple = not model.routed and not getattr(providers.get(model.provider), "pooled", False)
             try:
-                await self._try_model(req, model, strikes)
+                if simple:
+                    await self._try(req, model, model.routes[0])
+                else:
+                    await self._try_model(req, model, strikes)
                 break
             except CandidateFailed as f:
                 last = f.err
-                if self._aborted or self._gone or f.err.code in NO_FALLBACK:
+                if self._aborted or self._gone:  # we cancelled it: not the provider's failure
+                    break
+                if simple:  # (_try_model books its own)
+                    self.failures.append((model.provider, f.err.code))
+                    if f.strike:
+                        strikes.append(model.id)
+                if f.err.code in NO_FALLBACK:
                     break
         if self._billed:  # a candidate answered and was settled
             for m in strikes:
@@ -91,8 +99,9 @@ class Failover:
         raise last
 
     async def _try_model(self, req, model, strikes: list[str]) -> None:
-        """`model`'s routes in turn until one answers; raises the last one's CandidateFailed.
-        A single-route model is tried exactly as before routes (its 429s strike the model)."""
+        """`model`'s routes in turn until one answers (a pooled provider's route again with
+        another key after a refusal); raises the last one's CandidateFailed. A single-route
+        model's 429s strike the model, as before routes."""
         ctx = self.ctx
         routes = model.routes
         if model.routed:

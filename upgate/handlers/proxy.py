@@ -149,8 +149,9 @@ class ProxyHandler(Failover, StreamRelay, BaseHandler):
         provider = ctx.providers.get(route.provider)
         if provider is None or not provider.available:
             raise CandidateFailed(GatewayError("upstream_unavailable"))
-        model = model.via(route)  # names the route's provider and upstream model; same prices
-        key_var, api_key = ctx.routes.pick_key(provider)
+        if model.routed:
+            model = model.via(route)  # names the route's provider and upstream model; same prices
+        key_var, api_key = ctx.routes.pick_key(provider) if provider.pooled else (None, None)
         payload = prepare_body(req.body, provider.dialect, model.upstream_model, req.stream,
                                path=self.PATH)
         call = self._call = ctx.upstream.open(provider.url(self.PATH), payload, provider.headers(api_key))

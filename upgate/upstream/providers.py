@@ -46,6 +46,10 @@ class Provider:
     bill_by: str = "tokens"
     # a key pool: (variable name, key) of every set variable, in the file's order; () = one key
     keys: tuple[tuple[str, str], ...] = field(default=(), repr=False)
+    pooled: bool = field(init=False, compare=False)  # two or more keys (read on every request)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "pooled", len(self.keys) > 1)
 
     def url(self, path: str) -> str:
         """`url("chat/completions")` → `<base_url>/chat/completions`."""
@@ -58,10 +62,6 @@ class Provider:
         if key:
             headers["Authorization"] = "Bearer " + key
         return headers
-
-    @property
-    def pooled(self) -> bool:
-        return len(self.keys) > 1
 
 
 def load_providers(path: str | os.PathLike, environ: Mapping[str, str] | None = None
