@@ -16,7 +16,7 @@ from __future__ import annotations
 import statistics
 
 from bench import loadgen as lg
-from bench.harness import Stack
+from bench.harness import Stack, cpu_seconds
 from bench.phases import HOST, PATH, Bench, Plan, dist_ms
 
 EXTRA_PROVIDERS = """
@@ -35,7 +35,7 @@ id = "mock/bench-dead"
 routes = [{{ provider = "dead", upstream_model = "x", priority = 0 }}, {{ provider = "mock", upstream_model = "mock-bench-1", priority = 1 }}]
 {_PRICES}"""
 MODELS = ("mock/bench-1", "mock/bench-two", "mock/bench-dead")
-BLOCKS, PER_BLOCK = 10, 100
+BLOCKS, PER_BLOCK = 20, 100
 
 
 def run(pin: bool, accounts: int) -> int:
@@ -47,16 +47,21 @@ def run(pin: bool, accounts: int) -> int:
         for m in MODELS:  # warm every key and connection
             b.check(f"{m} warm-up", b.run(lg.sequential(HOST, s.gateway_port, payloads[m], len(keys))))
         lat: dict[str, list[int]] = {m: [] for m in MODELS}
+        cpu: dict[str, list[float]] = {m: [] for m in MODELS}  # gateway CPU µs/request, per block
+        pid = s.gateway_pid
         for n in range(BLOCKS):
             for m in (MODELS if n % 2 == 0 else MODELS[::-1]):
+                before = cpu_seconds(pid)
                 t = b.run(lg.sequential(HOST, s.gateway_port, payloads[m], PER_BLOCK))
+                cpu[m].append((cpu_seconds(pid) - before) / PER_BLOCK * 1e6)
                 b.check(m, t)
                 lat[m] += t.latencies_ns
         base = dist_ms(lat[MODELS[0]])
-        print(f"\nconcurrency 1, {BLOCKS * PER_BLOCK} requests per model, ms")
+        base_cpu = statistics.median(cpu[MODELS[0]])
+        print(f"\nconcurrency 1, {BLOCKS * PER_BLOCK} requests per model (ms; gateway CPU µs/request, "
+              "median of the blocks)")
         for m in MODELS:
-            d = dist_ms(lat[m])
+            d, c = dist_ms(lat[m]), statistics.median(cpu[m])
             print(f"  {m:>16}: p50 {d['p50']:.3f}  p90 {d['p90']:.3f}  p99 {d['p99']:.3f}  "
-                  f"(p50 {d['p50'] - base['p50']:+.3f} vs one route)")
-        print(f"  mean, one route {statistics.mean(lat[MODELS[0]]) / 1e6:.3f}")
+                  f"(p50 {d['p50'] - base['p50']:+.3f} vs one route); CPU {c:,.0f} µs ({c - base_cpu:+,.0f})")
     return 0
