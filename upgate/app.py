@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import tornado.web
 
-from upgate import console
+from upgate import console, dashboard
 from upgate.handlers import admin
 from upgate.handlers.base import NotFoundHandler, ResponsesHandler
 from upgate.handlers.health import HealthHandler, MetricsHandler
@@ -34,6 +34,8 @@ def make_app(ctx, **settings) -> tornado.web.Application:
         *admin.routes(d),
         # the operator's console: HTML pages under /admin/ (upgate/console/, docs/console.md)
         *console.routes(ctx),
+        # the account holders' dashboard: HTML pages under /dashboard/ (upgate/dashboard/, docs/dashboard.md)
+        *dashboard.routes(ctx),
     ]
     return tornado.web.Application(
         routes,
