@@ -10,10 +10,15 @@ import tornado.web
 
 from upgate.console import pages
 from upgate.console.base import STATIC
+from upgate.handlers.guard import BodyGuard
 
 __all__ = ["routes"]
 
 _ID = r"([^/]+)"
+
+
+class StaticHandler(BodyGuard, tornado.web.StaticFileHandler):
+    """The stylesheet: no credential, so at most 64 KB of a body, dropped."""
 
 
 def routes(ctx) -> list:
@@ -33,5 +38,5 @@ def routes(ctx) -> list:
         (acct + r"/keys/" + _ID + r"/update", pages.KeyUpdateHandler, d),
         (acct + r"/keys/" + _ID + r"/revoke", pages.KeyRevokeHandler, d),
         (r"/admin/models", pages.ModelsHandler, d),
-        (r"/admin/static/(.*)", tornado.web.StaticFileHandler, {"path": STATIC}),
+        (r"/admin/static/(.*)", StaticHandler, {"path": STATIC}),
     ]
