@@ -39,12 +39,13 @@ def locale(lang: str) -> tornado.locale.Locale:
     return tornado.locale.get(_TORNADO_CODE.get(lang, _TORNADO_CODE[DEFAULT]))
 
 
-def choose(query: str | None, cookie: str | None) -> str:
-    """The page's language: an explicit ?lang= wins, then the remembered choice, else Persian."""
+def choose(query: str | None, cookie: str | None, default: str = DEFAULT) -> str:
+    """The page's language: an explicit ?lang= wins, then the remembered choice, else `default`
+    (Persian for account holders; the console passes English)."""
     for candidate in (query, cookie):
         if candidate in LANGS:
             return candidate
-    return DEFAULT
+    return default
 
 
 class Formatter:
@@ -59,6 +60,13 @@ class Formatter:
 
     def micro(self, value: int | None) -> str:
         return numbers.micro_toman(value, self.lang)
+
+    def exact(self, value) -> str:
+        """Every significant digit of a toman amount (a tooltip beside the rounded one)."""
+        return numbers.localize(numbers.exact_toman(value), self.lang)
+
+    def exact_micro(self, value: int | None) -> str:
+        return numbers.DASH if value is None else self.exact(numbers.money.to_decimal(value))
 
     def count(self, n) -> str:
         return numbers.count(n, self.lang)
