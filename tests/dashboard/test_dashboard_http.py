@@ -117,19 +117,21 @@ def test_xsrf_on_every_form(node, sms, two):
 
 
 def test_credential_and_size_before_the_body(node, sms, two):
+    """upgate/handlers/guard.py's rule: the session first, then the declared size, and only then
+    any of the body."""
     big = "x" * (64 * 1024)
-    r = httpx.post(node.url + "/dashboard/keys", content=big, follow_redirects=False,
-                   headers={"Content-Type": "application/x-www-form-urlencoded"})
-    assert r.status_code == 413  # declared too large: refused before anything else
-    r = httpx.post(node.url + "/dashboard/keys", data={"name": "x"}, follow_redirects=False)
-    assert r.status_code == 303  # no session: sent to sign in, the form never read
+    form = {"Content-Type": "application/x-www-form-urlencoded"}
+    r = httpx.post(node.url + "/dashboard/keys", content=big, follow_redirects=False, headers=form)
+    assert r.status_code == 303  # no session: sent to sign in, the body never read
     c = signed_in(node, sms, A)
+    assert c.post("/dashboard/keys", content=big, headers=form).status_code == 413  # declared too large
 
     def chunks():
         for _ in range(64):
             yield b"name=" + b"x" * 1024 + b"&"
-    r = c.post("/dashboard/keys", content=chunks(), headers={"Content-Type": "application/x-www-form-urlencoded"})
+    r = c.post("/dashboard/keys", content=chunks(), headers=form)
     assert r.status_code == 413  # no Content-Length (chunked): counted as it arrives
+    assert len(keys.list_keys(store.connect_sync(node.settings.redis_url), two[0][1])) == 1
 
 
 def test_session_ends_on_every_node_at_sign_out(make_node, sms, two):

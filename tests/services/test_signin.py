@@ -72,7 +72,7 @@ def test_resend_gap_and_five_codes_an_hour_per_phone(client, r, known):
     first = _issue(client)
     with pytest.raises(signin.TooSoon) as e:
         _issue(client)
-    assert 55 <= e.value.wait_s <= 60
+    assert 0 < e.value.wait_s <= 60
     # the refused ask wrote nothing: the first code still verifies
     for _ in range(4):
         _forget_gap(r)
