@@ -210,3 +210,22 @@ def test_topup_url_is_the_dashboards_top_up_page_unless_the_operator_set_one():
     env = {"UPGATE_PUBLIC_URL": "https://api.example.ir/", "UPGATE_KEY_PEPPER": "p"}
     assert from_env(env).topup_url == "https://api.example.ir/dashboard/topup"
     assert from_env({**env, "UPGATE_TOPUP_URL": "https://pay.example.ir"}).topup_url == "https://pay.example.ir"
+
+
+def test_throttles_per_phone_and_per_address(make_node, sms, two):
+    node = make_node(trusted_proxies="127.0.0.1")  # the address is X-Forwarded-For's, as behind a router
+    c = httpx.Client(base_url=node.url, follow_redirects=False, timeout=30)
+
+    def ask(phone: str, address: str) -> httpx.Response:
+        form = c.get("/dashboard/login")
+        return c.post("/dashboard/login", data={"phone": phone, "_xsrf": xsrf(form.text)},
+                      headers={"X-Forwarded-For": address})
+
+    assert ask(A, "198.51.100.1").status_code == 200
+    again = ask(A, "198.51.100.2")  # the same phone from elsewhere, within the minute
+    assert again.status_code == 429 and 'name="code"' not in again.text
+    for i in range(19):  # the first address's other 19 asks (unknown phones: answered alike)
+        assert ask(f"+98935200{i:04d}", "198.51.100.1").status_code == 200, i
+    refused = ask("+989352009999", "198.51.100.1")
+    assert refused.status_code == 429 and 'name="code"' not in refused.text
+    assert ask("+989352009999", "198.51.100.3").status_code == 200  # another address may

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from tests.services.test_accounts import client  # noqa: F401  (fixture)
-from upgate.services import accounts, phone_index, signin, transactions
+from upgate.services import accounts, audit, phone_index, signin, transactions
 from upgate.store import keyspace
 
 SECRET = signin.secret_from_pepper("test-pepper")
@@ -117,6 +117,7 @@ def test_open_sign_up_creates_the_account_with_its_opening_credit(client):
     [txn] = transactions.list_transactions(client, acct)
     assert (txn["kind"], txn["amount_toman"], txn["actor"]) == ("opening", "2500.000000", "signup")
     assert accounts.show(client, acct)["phone"] == PHONE
+    assert audit.run(client, deep=True)["mismatches"] == []  # the money of record adds up
 
 
 class _Sender:
