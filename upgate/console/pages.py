@@ -14,6 +14,7 @@ import urllib.parse
 import tornado.web
 
 from upgate.billing import money
+from upgate.i18n import N_
 from upgate.services import account_list, accounts, admin_log, keys, transactions
 from upgate.console import charts, data, session
 from upgate.console.base import PREFIX, ConsoleHandler, log
@@ -270,9 +271,8 @@ class MoneyHandler(WriteHandler):
 
 class TopupHandler(MoneyHandler):
     form, what = "topup", "top-up"
-    replayed = ("This top-up was already recorded (transaction %(id)s, %(when)s, %(amount)s toman): "
-                "nothing changed; balance %(balance)s toman.")
-    recorded = "Top-up of %(amount)s toman recorded (transaction %(id)s); balance %(balance)s toman."
+    replayed = N_("This top-up was already recorded (transaction %(id)s, %(when)s, %(amount)s toman): nothing changed; balance %(balance)s toman.")
+    recorded = N_("Top-up of %(amount)s toman recorded (transaction %(id)s); balance %(balance)s toman.")
 
     def act(self, client, account_id: str) -> dict:
         return transactions.topup(client, account_id, self.arg("amount_toman"), ref=self.arg("ref") or None,
@@ -281,20 +281,19 @@ class TopupHandler(MoneyHandler):
 
 class AdjustmentHandler(MoneyHandler):
     form, what = "adjust", "adjustment"
-    replayed = ("This adjustment was already recorded (transaction %(id)s, %(when)s, %(amount)s toman): "
-                "nothing changed; balance %(balance)s toman.")
-    recorded = "Adjustment of %(amount)s toman recorded (transaction %(id)s); balance %(balance)s toman."
-    question, button = "Record this large adjustment?", "Yes, record the adjustment"
+    replayed = N_("This adjustment was already recorded (transaction %(id)s, %(when)s, %(amount)s toman): nothing changed; balance %(balance)s toman.")
+    recorded = N_("Adjustment of %(amount)s toman recorded (transaction %(id)s); balance %(balance)s toman.")
+    question, button = N_("Record this large adjustment?"), N_("Yes, record the adjustment")
 
     def confirm(self, client, account_id: str) -> list[tuple[str, str]] | None:
         amount = accounts.parse_amount(self.arg("amount_toman"), allow_negative=True, what="amount_toman")
         if abs(amount) < money.parse_toman(str(LARGE_ADJUSTMENT_TOMAN)):
             return None
         view, fmt = accounts.show(client, account_id), self.fmt
-        return [("Account", view["phone"]), ("Amount (toman)", fmt.exact_micro(amount)),
-                ("Balance now", fmt.exact_micro(view["balance_micro"])),
-                ("Balance after", fmt.exact_micro(view["balance_micro"] + amount)),
-                ("Note", self.arg("note") or "—"), ("Reference (ref)", self.arg("ref") or "—")]
+        return [(N_("Account"), view["phone"]), (N_("Amount (toman)"), fmt.exact_micro(amount)),
+                (N_("Balance now"), fmt.exact_micro(view["balance_micro"])),
+                (N_("Balance after"), fmt.exact_micro(view["balance_micro"] + amount)),
+                (N_("Note"), self.arg("note") or "—"), (N_("Reference (ref)"), self.arg("ref") or "—")]
 
     def act(self, client, account_id: str) -> dict:
         return transactions.adjust(client, account_id, self.arg("amount_toman"), note=self.arg("note"),
@@ -324,14 +323,15 @@ class KeyUpdateHandler(WriteHandler):
 
 class KeyRevokeHandler(WriteHandler):
     form = "keys"
-    question, button = "Revoke this key? It stops working at once and cannot be restored.", "Yes, revoke the key"
+    question = N_("Revoke this key? It stops working at once and cannot be restored.")
+    button = N_("Yes, revoke the key")
 
     def confirm(self, client, account_id: str, key_id: str) -> list[tuple[str, str]] | None:
         k = next((k for k in keys.list_keys(client, account_id) if k["key_id"] == key_id), None)
         if k is None or k["state"] == "revoked":
             return None  # the write answers it (unknown, or already revoked)
-        return [("Key", k["display"]), ("Key id", key_id), ("Name", k["name"] or "—"),
-                ("Spent this month", self.fmt.exact_micro(k["spent_this_month_micro"]))]
+        return [(N_("Key"), k["display"]), (N_("Key id"), key_id), (N_("Name"), k["name"] or "—"),
+                (N_("Spent this month"), self.fmt.exact_micro(k["spent_this_month_micro"]))]
 
     def act(self, client, account_id: str, key_id: str) -> str:
         changed = keys.revoke_key(client, key_id, account_id=account_id)
@@ -341,15 +341,15 @@ class KeyRevokeHandler(WriteHandler):
 
 class SuspendHandler(WriteHandler):
     form = "wallet"
-    question, button = ("Suspend this account? Its keys are refused from the next request until it is resumed.",
-                        "Yes, suspend the account")
+    question = N_("Suspend this account? Its keys are refused from the next request until it is resumed.")
+    button = N_("Yes, suspend the account")
 
     def confirm(self, client, account_id: str, verb: str) -> list[tuple[str, str]] | None:
         view = accounts.show(client, account_id)
         if verb != "suspend" or view["suspended"]:
             return None
-        return [("Account", view["account_id"]), ("Phone", view["phone"]),
-                ("Balance", self.fmt.exact_micro(view["balance_micro"])), ("Keys", self.fmt.count(view["key_count"]))]
+        return [(N_("Account"), view["account_id"]), (N_("Phone"), view["phone"]),
+                (N_("Balance"), self.fmt.exact_micro(view["balance_micro"])), (N_("Keys"), self.fmt.count(view["key_count"]))]
 
     def act(self, client, account_id: str, verb: str) -> str:
         _ = self.locale.translate
