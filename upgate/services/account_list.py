@@ -13,7 +13,9 @@
   (part of a phone or of an account id, a key prefix) are matched among the newest
   `SCAN_MAX` accounts, and the answer says so when there are more.
 - **Bounds.** Every call reads at most `SCAN_MAX` accounts' fields, pipelined `BATCH` at a time
-  (measured: ~0.3 s for 10,000 accounts on one Redis), and renders at most `accounts.PAGE_MAX`
+  (measured with 10,000 accounts of one key each on one local Redis, on a loaded 2-core
+  machine: newest first 22 ms, by balance 0.66 s, part of a phone 0.45 s, a key prefix 1.9 s,
+  by spend 2.8 s), and renders at most `accounts.PAGE_MAX`
   views. It runs on the admin read pool, never on the event loop.
 
 Accounts created before the index are added to it the first time a listing finds the index
