@@ -32,11 +32,13 @@ NOT_FOUND = (accounts.UnknownAccount, keys.UnknownKey, records.UnknownRequest, w
 
 def service_error(e: ValueError, param: str | None = None, force: bool = False) -> GatewayError:
     """The one place a service refusal becomes an API error. Unknown account, key, request or
-    failed webhook event → 404; a ref reused otherwise → 409; any other → 400 naming the field the service (or the
+    failed webhook event → 404; a ref reused otherwise or a phone in use → 409; any other → 400 naming the field the service (or the
     handler's `field` context) blamed."""
     message = str(e).strip().splitlines()[0] if str(e).strip() else None
     if isinstance(e, NOT_FOUND):
         return GatewayError("not_found", message)
+    if isinstance(e, accounts.PhoneInUse):
+        return GatewayError("phone_in_use", message, param="phone")
     if isinstance(e, transactions.IdempotencyConflict):
         return GatewayError("idempotency_conflict", message, param=getattr(e, "field", None) or "ref")
     blamed = param if force else getattr(e, "field", None) or param
@@ -134,8 +136,11 @@ class AdminHandler(NoStore, BaseHandler):
             raise GatewayError("read_only_token")
 
     async def call(self, fn, *args, **kwargs):
-        """A sync service function on the admin pool (never on the event loop)."""
-        return await self.ctx.admin.call(fn, *args, **kwargs)
+        """A sync service function on the admin pools (never on the event loop): a read verb's
+        on the read pool, anything else on the write pool, so reads never hold up writes."""
+        node = self.ctx.admin
+        run = node.read if self.request.method in ("GET", "HEAD") else node.call
+        return await run(fn, *args, **kwargs)
 
     @property
     def actor(self) -> str:
