@@ -40,8 +40,8 @@ def test_every_route_failing_releases_the_hold_and_charges_nothing(routed):
     assert rec["cost_toman"] == "0.000000" and rec["provider"] is None and rec["status"] == 502
 
 
-@pytest.mark.parametrize("status", [429, 500, 502])
-def test_429_and_5xx_go_to_the_next_route_and_never_cool_the_model(routed, status):
+@pytest.mark.parametrize("status", [401, 403, 429, 500, 502])
+def test_a_refused_key_429_and_5xx_go_to_the_next_route_and_never_cool_the_model(routed, status):
     node = routed.node(cooldown_strikes=1)
     configure(routed.mocks["two"], status=status)
     for _ in range(2):
