@@ -39,4 +39,7 @@ def routes(ctx) -> list:
         (acct + r"/keys/" + _ID + r"/revoke", pages.KeyRevokeHandler, d),
         (r"/admin/models", pages.ModelsHandler, d),
         (r"/admin/static/(.*)", StaticHandler, {"path": STATIC}),
+        # last: any other /admin/ address is the console's own 404 page (/admin/v1/... is the
+        # management API's, whose routes come first and whose unknown paths answer JSON)
+        (r"/admin/(?!v1(?:/|$)).*", pages.NotFoundPage, d),
     ]
