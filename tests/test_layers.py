@@ -11,8 +11,8 @@ LAYERS = [
     ("base", ["upgate", "upgate.errors", "upgate.settings"]),
     ("store, wire", ["upgate.store", "upgate.http", "upgate.upstream"]),
     ("money, catalog", ["upgate.billing", "upgate.catalog"]),
-    ("services", ["upgate.services", "upgate.webhooks"]),
-    ("faces", ["upgate.handlers", "upgate.console", "upgate.dashboard", "upgate.payments", "admin_cli",
+    ("services", ["upgate.services", "upgate.webhooks", "upgate.payments"]),
+    ("faces", ["upgate.handlers", "upgate.console", "upgate.dashboard", "admin_cli",
                "upgate.mock"]),
     ("entry points", ["upgate.app", "upgate.context", "upgate.server", "upgate.cli", "upgate.demo"]),
 ]
