@@ -103,7 +103,7 @@ def test_the_demos_admin_token_signs_in_to_its_console(tmp_path):
             signed_in = x.post(console + "login", data={"token": admin, "next": console,
                                                         "_xsrf": x.cookies["_xsrf"]})
             assert signed_in.status_code == 303, signed_in.text
-            page = x.get(console + "accounts/" + account)
+            page = x.get(console + "accounts/" + account, follow_redirects=True)  # → its ?op= address
             assert page.status_code == 200 and "09120000000" in page.text  # the demo's account
     finally:
         assert stop(proc, signal.SIGINT) == 0

@@ -7,6 +7,7 @@ import httpx
 
 from tests.console_kit import admin_token, signed_in, xsrf
 from tests.gateway import PEPPER, seed
+from tests.load_kit import wait_for
 from upgate.services import admin_tokens
 from upgate.store import connection as store
 
@@ -70,7 +71,7 @@ def test_a_wrong_token_is_refused_without_a_session(node, redis_url):
 def test_forged_posts_without_the_xsrf_token_are_refused(node, redis_url):
     _key, account_id, _kid = seed(redis_url)
     c = signed_in(node, admin_token(redis_url))
-    before = len(c.get(f"/admin/accounts/{account_id}").text)
+    before = len(c.get(f"/admin/accounts/{account_id}", follow_redirects=True).text)
     for path, form in ((f"/admin/accounts/{account_id}/keys", {"name": "forged"}),
                        (f"/admin/accounts/{account_id}/suspend", {}),
                        ("/admin/logout", {})):
@@ -78,7 +79,7 @@ def test_forged_posts_without_the_xsrf_token_are_refused(node, redis_url):
         assert r.status_code == 403, path
         r = c.post(path, data={**form, "_xsrf": "2|00000000|" + "0" * 32 + "|1"})
         assert r.status_code == 403, path
-    page = c.get(f"/admin/accounts/{account_id}")
+    page = c.get(f"/admin/accounts/{account_id}", follow_redirects=True)
     assert page.status_code == 200 and "forged" not in page.text and "suspended" not in page.text
     assert abs(len(page.text) - before) < 200  # fresh refs and tokens only
 
@@ -118,7 +119,7 @@ def test_a_revoked_token_ends_its_session_on_the_next_request(node, redis_url):
 def test_read_only_sessions_are_refused_every_write(node, redis_url):
     _key, account_id, key_id = seed(redis_url)
     c = signed_in(node, admin_token(redis_url, "viewer", read_only=True))
-    page = c.get(f"/admin/accounts/{account_id}")
+    page = c.get(f"/admin/accounts/{account_id}", follow_redirects=True)
     assert page.status_code == 200 and "read-only" in page.text
     assert "Record top-up" not in page.text and "Create key" not in page.text
     token = xsrf(page.text)
@@ -128,7 +129,7 @@ def test_read_only_sessions_are_refused_every_write(node, redis_url):
                        (f"/admin/accounts/{account_id}/suspend", {})):
         r = c.post(path, data={**form, "_xsrf": token})
         assert r.status_code == 403, path
-    listed = c.get(f"/admin/accounts/{account_id}").text
+    listed = c.get(f"/admin/accounts/{account_id}", follow_redirects=True).text
     assert "nope" not in listed and "revoked" not in listed
 
 
@@ -141,13 +142,29 @@ def test_next_never_leaves_the_console(node, redis_url):
         assert r.headers["location"] == "/admin/"
 
 
+def test_a_hostile_next_lands_on_the_overview_and_a_console_path_is_kept(node, redis_url):
+    """`next` is only a local /admin/ path: a CR or LF (a split Location header), a step out of
+    /admin/ (also percent-encoded, which browsers resolve), a backslash or a space → /admin/."""
+    token = admin_token(redis_url)
+    c = httpx.Client(base_url=node.url, follow_redirects=False)
+    for target, lands in (("/admin/\r\nSet-Cookie: evil=1", "/admin/"), ("/admin/x\nLocation: //evil", "/admin/"),
+                          ("/admin/../v1/models", "/admin/"), ("/admin/%2e%2e/v1/models", "/admin/"),
+                          ("/admin/\\evil.example", "/admin/"), ("/admin/a b", "/admin/"),
+                          ("/admin/accounts?q=0912&x=%0d%0a", "/admin/accounts?q=0912&x=%0d%0a")):
+        assert c.get("/admin/login", params={"next": target}).status_code == 200
+        form = c.get("/admin/login")
+        r = c.post("/admin/login", data={"token": token, "_xsrf": xsrf(form.text), "next": target})
+        assert (r.status_code, r.headers.get("location")) == (303, lands), repr(target)
+        assert "evil" not in str(r.headers)
+
+
 def test_refused_money_forms_show_the_money_layers_message_and_write_nothing(node, redis_url):
     from upgate.services import transactions
 
     _key, account_id, _kid = seed(redis_url, balance="1000")
     c = signed_in(node, admin_token(redis_url))
     url = f"/admin/accounts/{account_id}"
-    token = xsrf(c.get(url).text)
+    token = xsrf(c.get(url, follow_redirects=True).text)
     r = c.post(url + "/topups", data={"_xsrf": token, "amount_toman": "12.1234567", "ref": "pay-1", "note": "kept"})
     assert r.status_code == 400
     assert "six fractional digits" in r.text and 'value="kept"' in r.text and 'value="pay-1"' in r.text
@@ -183,7 +200,7 @@ def test_console_writes_are_in_the_admin_log_under_the_tokens_name(node, redis_u
     _key, account_id, _kid = seed(redis_url)
     c = signed_in(node, admin_token(redis_url, "alice"))
     url = f"/admin/accounts/{account_id}"
-    token = xsrf(c.get(url).text)
+    token = xsrf(c.get(url, follow_redirects=True).text)
     r = c.post(url + "/topups", data={"_xsrf": token, "amount_toman": "50", "ref": "pay-9", "note": "card"})
     assert r.status_code == 303
     r = c.post(url + "/keys", data={"_xsrf": token, "name": "k1"})
@@ -247,9 +264,11 @@ def test_console_and_admin_requests_are_logged_and_counted_by_route_not_path(nod
     lines = []
     node.ctx.access_log.write = lines.append
     c = signed_in(node, admin_token(redis_url))
-    assert c.get(f"/admin/accounts/{acct}").status_code == 200
+    assert c.get(f"/admin/accounts/{acct}", follow_redirects=True).status_code == 200
     c.close()
     assert Admin(node, make_token(redis_url, "api")).get(f"/accounts/{acct}").status_code == 200
+    # the line is written in on_finish, on the node's thread, just after the answer went out
+    wait_for(lambda: any(x["route"] == "/admin/v1/accounts/{id}" for x in lines), 5, "the API's access line")
     routes = {(x["route"], x["status"]) for x in lines}
     assert ("console:AccountHandler", 200) in routes and ("/admin/v1/accounts/{id}", 200) in routes
     assert not any(acct in x["route"] for x in lines)

@@ -83,6 +83,10 @@ class ConsoleHandler(tornado.web.RequestHandler):
         self.set_header("X-Frame-Options", "DENY")
 
     def write_error(self, status_code: int, **kwargs) -> None:
+        if status_code == 405:
+            own = [m for m in self.SUPPORTED_METHODS  # the verbs this handler answers
+                   if getattr(type(self), m.lower()) is not getattr(tornado.web.RequestHandler, m.lower())]
+            self.set_header("Allow", ", ".join(own))
         exc = kwargs.get("exc_info", (None, None, None))[1]
         reason = exc.log_message if isinstance(exc, tornado.web.HTTPError) and exc.log_message else self._reason
         self.render("error.html", status=status_code, reason=reason)
@@ -109,9 +113,10 @@ class ConsoleHandler(tornado.web.RequestHandler):
         kwargs.setdefault("secure", self.is_https())
         super().set_cookie(name, value, domain, expires, path, expires_days, **kwargs)
 
-    def flash(self, text: str, kind: str = "ok") -> None:
-        """A one-line message shown on the next page (after a redirect)."""
-        self.set_signed_cookie(FLASH, orjson.dumps({"text": text, "kind": kind}), expires_days=None)
+    def flash(self, text: str, kind: str = "ok", form: str | None = None) -> None:
+        """A one-line message shown on the next page (after a redirect): at the top, or at the
+        `form` it is about."""
+        self.set_signed_cookie(FLASH, orjson.dumps({"text": text, "kind": kind, "form": form}), expires_days=None)
 
     def pop_flash(self) -> dict | None:
         raw = self.get_signed_cookie(FLASH, max_age_days=1 / 24)

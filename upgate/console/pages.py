@@ -7,6 +7,7 @@ which renders the page at once: the new key is in that response and nowhere else
 """
 from __future__ import annotations
 
+import re
 import secrets
 import time
 import urllib.parse
@@ -18,17 +19,36 @@ from upgate.console import charts, data, fmt, session
 from upgate.console.base import PREFIX, ConsoleHandler, log
 
 
-def fresh_ref() -> str:
-    """A new idempotency ref per rendered form: submitting that form twice (a double click,
-    a reload, the back button) sends the same ref, and the second is a replay."""
-    return "console-" + secrets.token_hex(8)
+def fresh_op() -> str:
+    """A new money operation: the `op` an account page's address carries (see money_ref)."""
+    return secrets.token_hex(8)
+
+
+def money_ref(op: str, form: str) -> str:
+    """The idempotency ref a money form offers: a function of its page's address (`?op=`), not
+    of the rendering. Whatever brings that page back (Back, a reload, a restored tab, the same
+    address in two tabs) brings the same ref, so a second submission is a replay."""
+    return f"console-{op}-{form}"
+
+
+def page_url(account_id: str, op: str, month: str | None = None) -> str:
+    query = {"month": month, "op": op} if month else {"op": op}
+    return f"{PREFIX}/accounts/{urllib.parse.quote(account_id)}?{urllib.parse.urlencode(query)}"
+
+
+_OP = re.compile(r"[0-9a-f]{16}")
+_NEXT = re.compile(r"/admin/[!-\[\]-~]*")  # printable ASCII, no space, no backslash
 
 
 def _safe_next(target: str | None) -> str:
-    """Only a path inside the console, never another host (an open redirect)."""
-    if target and target.startswith(PREFIX + "/") and not target.startswith("//") and "\\" not in target:
-        return target
-    return PREFIX + "/"
+    """Only a path inside the console: never another host (an open redirect), never a control
+    character (a CR or LF would split the Location header), never a step out of /admin/."""
+    if not target or not _NEXT.fullmatch(target):
+        return PREFIX + "/"
+    path = urllib.parse.urlsplit(target).path
+    if any(urllib.parse.unquote(seg) in (".", "..") for seg in path.split("/")):
+        return PREFIX + "/"
+    return target
 
 
 class LoginHandler(ConsoleHandler):
@@ -59,6 +79,7 @@ class LoginHandler(ConsoleHandler):
 
 
 class LogoutHandler(ConsoleHandler):
+    SUPPORTED_METHODS = ("POST",)
     public = True  # signing out must work with an already dead session too
 
     async def post(self) -> None:
@@ -90,20 +111,31 @@ class AccountsHandler(ConsoleHandler):
             message = str(e)
         if q and not found and message is None:
             message = f"No account matches {q!r}."
-        self.render("accounts.html", nav="accounts", q=q, found=found, message=message)
+        self.render("accounts.html", nav="accounts", q=q, found=found, message=message,
+                    account_url=lambda account_id: page_url(account_id, fresh_op()))
 
 
 class AccountHandler(ConsoleHandler):
     """GET: the account page. Its forms post to the handlers below, which render it again
-    (with the refusal and the typed values) when the service layer refuses."""
+    (with the refusal and the typed values) when the service layer refuses.
 
-    async def get(self, account_id: str) -> None:
-        await self.show(account_id)
+    The page's address carries its money operation (`?op=`); every form on it carries the
+    same `op` in a hidden field, so a page rendered as a POST's answer keeps it too."""
 
     target = None
 
+    def op(self) -> str | None:
+        op = self.get_argument("op", "")
+        return op if _OP.fullmatch(op) else None
+
+    async def get(self, account_id: str) -> None:
+        if self.op() is None:  # an address of its own first: what Back and a reload come back to
+            self.redirect(page_url(account_id, fresh_op(), self.get_query_argument("month", None)), status=303)
+            return
+        await self.show(account_id)
+
     async def show(self, account_id: str, *, message: str | None = None, form: str | None = None,
-                   new_key: dict | None = None, status: int = 200) -> None:
+                   new_key: dict | None = None, status: int = 200, another: str | None = None) -> None:
         month = self.get_query_argument("month", None) or None
         try:
             page = await self.call(data.account_page, account_id, month)
@@ -114,18 +146,24 @@ class AccountHandler(ConsoleHandler):
             message, form = str(e), "month"
         self.set_status(status)
         typed = {k: self.get_body_argument(k, "") for k in self.request.body_arguments} if form else {}
+        op = self.op() or fresh_op()
         self.render("account.html", nav="accounts", charts=charts, message=message, form=form,
-                    typed=typed, target=self.target, new_key=new_key, ref=fresh_ref, **page)
+                    typed=typed, target=self.target, new_key=new_key, op=op,
+                    ref=lambda which: money_ref(op, which), another=another,
+                    fresh_url=lambda: page_url(account_id, fresh_op()), **page)
 
 
 class WriteHandler(AccountHandler):
+    SUPPORTED_METHODS = ("POST",)  # a GET is 405, never the page's handler with a form's arguments
     writes = True
     form = ""  # which form a refusal is shown at (with its typed values)
 
     logged = ("amount_toman", "ref", "note", "name", "rate_limit_rpm", "monthly_limit_toman",
               "allowed_models", "expires_at")  # never a key or a token
 
-    async def record(self, account_id: str) -> None:
+    # Not named `record`: on a handler that is the billable request's record, which the access
+    # log and metrics read (metrics.observe).
+    async def log_write(self, account_id: str) -> None:
         """The admin log, as the management API writes it: actor = the admin token's name,
         action = the console's route, target = the account."""
         action = "POST " + self.request.path.replace(account_id, "{id}", 1)
@@ -154,41 +192,54 @@ class WriteHandler(AccountHandler):
             raise tornado.web.HTTPError(404, str(e)) from None
         except ValueError as e:
             conflict = isinstance(e, transactions.IdempotencyConflict)
-            await self.show(account_id, message=str(e), form=self.form, status=409 if conflict else 400)
+            await self.show(account_id, message=str(e), form=self.form, status=409 if conflict else 400,
+                            another=self.form if conflict else None)
             return
-        await self.record(account_id)
+        await self.log_write(account_id)
+        await self.answer(account_id, done)
+
+    async def answer(self, account_id: str, done) -> None:
+        """After an accepted write: its one line on the account page, on the same operation."""
         if isinstance(done, dict) and "new_key" in done:
             await self.show(account_id, new_key=done["new_key"], status=201)
             return
         self.flash(done)
-        self.redirect(f"{PREFIX}/accounts/{urllib.parse.quote(account_id)}#{self.anchor}", status=303)
+        self.redirect(page_url(account_id, self.op() or fresh_op()) + "#" + self.anchor, status=303)
 
 
-class TopupHandler(WriteHandler):
-    form = "topup"
+class MoneyHandler(WriteHandler):
+    """A top-up or an adjustment: `act` answers the money layer's {"transaction", "replayed"}."""
 
-    def act(self, client, account_id: str) -> str:
-        res = transactions.topup(client, account_id, self.arg("amount_toman"), ref=self.arg("ref") or None,
-                                      note=self.arg("note") or None, actor=self.who.name)
-        return _credited("Top-up", res)
+    what = ""
+
+    async def answer(self, account_id: str, res: dict) -> None:
+        tx, balance = res["transaction"], fmt.toman(res["balance_toman"])
+        if res["replayed"]:  # the same page again: its form still holds the used ref
+            self.flash(f"This {self.what} was already recorded (transaction {tx['id']}, {fmt.when(tx['time'])}, "
+                       f"{fmt.toman(tx['amount_toman'])} toman): nothing changed; balance {balance} toman.",
+                       kind="replayed", form=self.form)
+            op = self.op() or fresh_op()
+        else:  # a new operation: the next one from this page is another
+            self.flash(f"{self.what.capitalize()} of {fmt.toman(tx['amount_toman'])} toman recorded "
+                       f"(transaction {tx['id']}); balance {balance} toman.")
+            op = fresh_op()
+        self.redirect(page_url(account_id, op) + "#" + self.form, status=303)
 
 
-class AdjustmentHandler(WriteHandler):
-    form = "adjust"
+class TopupHandler(MoneyHandler):
+    form, what = "topup", "top-up"
 
-    def act(self, client, account_id: str) -> str:
-        res = transactions.adjust(client, account_id, self.arg("amount_toman"), note=self.arg("note"),
-                                       ref=self.arg("ref") or None, actor=self.who.name)
-        return _credited("Adjustment", res)
+    def act(self, client, account_id: str) -> dict:
+        return transactions.topup(client, account_id, self.arg("amount_toman"), ref=self.arg("ref") or None,
+                                  note=self.arg("note") or None, actor=self.who.name)
 
 
-def _credited(what: str, res: dict) -> str:
-    tx = res["transaction"]
-    if res["replayed"]:
-        return (f"{what} with ref {tx['ref']} was already recorded: nothing changed "
-                f"(balance {fmt.toman(res['balance_toman'])} toman).")
-    return (f"{what} of {fmt.toman(tx['amount_toman'])} toman recorded; "
-            f"balance {fmt.toman(res['balance_toman'])} toman.")
+class AdjustmentHandler(MoneyHandler):
+    form, what = "adjust", "adjustment"
+
+    def act(self, client, account_id: str) -> dict:
+        return transactions.adjust(client, account_id, self.arg("amount_toman"), note=self.arg("note"),
+                                   ref=self.arg("ref") or None, actor=self.who.name)
 
 
 def _key_settings(arg, *, clearing: bool) -> dict:
