@@ -104,7 +104,7 @@ def test_the_demos_admin_token_signs_in_to_its_console(tmp_path):
                                                         "_xsrf": x.cookies["_xsrf"]})
             assert signed_in.status_code == 303, signed_in.text
             page = x.get(console + "accounts/" + account, follow_redirects=True)  # → its ?op= address
-            assert page.status_code == 200 and "09120000000" in page.text  # the demo's account
+            assert page.status_code == 200 and "+989120000000" in page.text  # the demo's account
     finally:
         assert stop(proc, signal.SIGINT) == 0
 
@@ -172,12 +172,12 @@ def _admin(redis_url, *args, **env):
 def test_a_table_in_a_pipe_keeps_every_cell_on_one_line(redis_url):
     """CliRunner's stdout is no terminal, and COLUMNS asks for 40: rich used to wrap each
     cell into fragments over several lines."""
-    key, account_id, key_id = seed(redis_url, balance="1234.5")
+    key, account_id, key_id = seed(redis_url, balance="1234.5", phone="09121234567")
     seed(redis_url, balance="7", phone="09129999999")
     out = _admin(redis_url, "account", "list").output
     assert account_id in out and "1234.500000" in out
     rows = [line for line in out.splitlines() if account_id in line]
-    assert len(rows) == 1 and "09121234567" in rows[0] and "1234.500000" in rows[0], out
+    assert len(rows) == 1 and "+989121234567" in rows[0] and "1234.500000" in rows[0], out
     out = _admin(redis_url, "key", "list", account_id).output
     rows = [line for line in out.splitlines() if key_id in line]
     assert len(rows) == 1 and key[:10] in rows[0], out

@@ -1,30 +1,23 @@
-"""How the console shows numbers and times to people: toman with thousands separators, Jalali
-dates in Tehran time. Pure functions, used by the templates (``fmt.toman(x)``)."""
+"""How the console shows numbers and times to people: toman with thousands separators (every
+significant digit: the operator's last micro-toman matters), Jalali dates in Tehran time. Pure
+functions used by the templates (``fmt.toman(x)``); the formatting itself lives in
+upgate/i18n/ (shared with the dashboard), English digits here."""
 from __future__ import annotations
 
-from datetime import datetime, timezone
-from decimal import Decimal, InvalidOperation
-
-import jdatetime
-
-from upgate.billing import jalali, money
+from upgate.billing import money
+from upgate.i18n import dates, numbers
 
 
 def toman(value, places: int | None = None) -> str:
     """A toman amount (a six-fractional-digit string, micro-toman int via `micro`, or Decimal)
     → "1,234,567.5": thousands separators, trailing zeros of the fraction dropped. None → "—"."""
-    if value is None or value == "":
-        return "—"
-    try:
-        d = Decimal(str(value))
-    except InvalidOperation:
-        return str(value)
-    if places is not None:
-        d = d.quantize(Decimal(1).scaleb(-places))
-    text = f"{d:,f}"
-    if "." in text:
-        text = text.rstrip("0").rstrip(".")
-    return "0" if text in ("-0", "") else text
+    if places is not None and value not in (None, ""):
+        from decimal import Decimal, InvalidOperation
+        try:
+            value = Decimal(str(value)).quantize(Decimal(1).scaleb(-places))
+        except InvalidOperation:
+            return str(value)
+    return numbers.exact_toman(value)
 
 
 def micro(value: int | None) -> str:
@@ -33,36 +26,20 @@ def micro(value: int | None) -> str:
 
 
 def count(n) -> str:
-    return "—" if n is None else f"{int(n):,}"
+    return numbers.count(n)
 
 
-def _parse_time(value) -> datetime | None:
-    """Unix seconds (int/float) or ISO 8601 UTC text → an aware datetime, else None."""
-    if value is None or value == "":
-        return None
-    if isinstance(value, (int, float)):
-        return datetime.fromtimestamp(value, timezone.utc) if value else None
-    try:
-        moment = datetime.fromisoformat(str(value).replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
+_parse_time = dates.parse_time
 
 
 def when(value, seconds: bool = False) -> str:
     """A moment (unix s or ISO UTC) as a Jalali date and time in Tehran: "1405-09-02 22:34"."""
-    moment = _parse_time(value)
-    if moment is None:
-        return "—"
-    local = moment.astimezone(jalali.TEHRAN)
-    j = jdatetime.datetime.fromgregorian(datetime=local)
-    return j.strftime("%Y-%m-%d %H:%M:%S" if seconds else "%Y-%m-%d %H:%M")
+    return dates.jalali_text(value, seconds)
 
 
 def iso(value) -> str:
     """The same moment as ISO 8601 UTC (a tooltip next to the Jalali one)."""
-    moment = _parse_time(value)
-    return moment.strftime("%Y-%m-%dT%H:%M:%SZ") if moment else ""
+    return dates.iso(value)
 
 
 def short_day(day: str) -> str:

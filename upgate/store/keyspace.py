@@ -293,3 +293,39 @@ PAYMENTS_LOCK = "{payments}:reconcile_lock"  # string: which node reconciles thi
 def fake_bank(authority: str) -> str:
     """Hash: the built-in `fake` gateway's side of one payment (amount, state, callback)."""
     return "fakebank:" + authority
+
+
+# ---- the customer side: phones, sign-in codes, dashboard sessions ------------------------------
+# A phone's keys share the tag {p:<E.164>}, so lua/signin_issue.lua and lua/signin_verify.lua
+# touch one slot; an address's sign-in window has its own tag.
+
+def phone_tag(phone: str) -> str:
+    return "{p:" + phone + "}"
+
+
+def phone_owner(phone: str) -> str:
+    """String: the id of the one account with this canonical phone, or "*" when the phone is
+    shared by several accounts (found by `audit`; nobody signs in with it until resolved)."""
+    return phone_tag(phone) + ":account"
+
+
+def signin_code(phone: str) -> str:
+    """Hash, with a TTL of the code's life: the HMAC of the phone's current sign-in code, when
+    it was issued and expires (ms), the tries used."""
+    return phone_tag(phone) + ":code"
+
+
+def signin_sent(phone: str) -> str:
+    """Sorted set: when each code of the last hour was sent to this phone (ms), the hourly cap."""
+    return phone_tag(phone) + ":sent"
+
+
+def signin_address(address: str) -> str:
+    """Sorted set: when each code of the last hour was asked for from this client address (ms)."""
+    return "{signin:" + address + "}:sent"
+
+
+def dash_session(session_hash: str) -> str:
+    """Hash, with a TTL: one account holder's dashboard session (account_id, phone, created_at),
+    named by the SHA-256 of its random id, so the store never holds a usable cookie."""
+    return "dash:session:" + session_hash
