@@ -49,6 +49,7 @@ upgate demo is running (mock provider; nothing leaves this machine).
   admin      {admin}
   console    {root}/admin/
   admin API  {root}/admin/v1  (docs/admin-api.md)
+  top up     {root}/dashboard/topup  (the built-in test bank: Pay or Cancel, no real money)
 
 Try it:
 
@@ -69,7 +70,9 @@ Ctrl-C stops it.
 
 async def _main(sockets, port: int, mock_port: int) -> None:
     pepper = secrets.token_hex(16)
-    settings = Settings(redis_url="memory://", key_pepper=pepper, providers_path="(demo)")
+    root = f"http://127.0.0.1:{port}"  # payments: the built-in `fake` gateway (docs/payments.md)
+    settings = Settings(redis_url="memory://", key_pepper=pepper, providers_path="(demo)", payments="fake",
+                        public_url=root, topup_url=root + "/dashboard/topup")
     await mock_upstream.serve(mock_port)
     providers = {"mock": Provider(name="mock", base_url=f"http://127.0.0.1:{mock_port}/v1",
                                   api_key="mock-demo", dialect="openai", available=True)}
