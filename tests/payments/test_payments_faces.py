@@ -117,3 +117,26 @@ def test_payment_events_carry_the_order(client, paid_order, redis_url, zarinpal)
     assert by_type["payment.succeeded"]["order"] == orders.public(orders.get(client, order["id"]))
     assert by_type["payment.failed"]["order"]["id"] == other["id"]
     assert by_type["payment.failed"]["order"]["status"] == "failed"
+
+
+def test_console_payments_page_and_verify_form(redis_url, make_node, client, zarinpal, paid_order):
+    import re
+
+    import httpx
+
+    _s, acct, order = paid_order
+    node = make_node(payments="zarinpal", zarinpal_merchant_id=zarinpal.merchant, zarinpal_url=zarinpal.url)
+    token = make_token(redis_url)
+    with httpx.Client(base_url=node.url, timeout=30) as x:
+        x.get("/admin/login")
+        assert x.post("/admin/login", data={"token": token, "next": "/admin/", "_xsrf": x.cookies["_xsrf"]}).status_code == 303
+        page = x.get("/admin/payments?status=pending")
+        assert page.status_code == 200 and order["id"] in page.text and "Verify now" in page.text
+        done = x.post(f"/admin/payments/{order['id']}/verify", data={"_xsrf": x.cookies["_xsrf"], "next": "/admin/payments"})
+        assert done.status_code == 303
+        paid = x.get("/admin/payments?status=paid").text
+        assert order["id"] in paid and "paid (now paid)" in paid
+        account_page = x.get(f"/admin/accounts/{acct}", follow_redirects=True).text
+        assert re.search(r'id="payments-h"', account_page) and order["id"] in account_page
+        assert x.post(f"/admin/payments/{order['id']}/verify", data={}).status_code == 403  # no XSRF
+    assert len([t for t in transactions.list_transactions(client, acct) if t["actor"] == "payment"]) == 1

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import tornado.web
 
-from upgate.console import pages
+from upgate.console import pages, payments
 from upgate.console.base import STATIC
 
 __all__ = ["routes"]
@@ -33,5 +33,7 @@ def routes(ctx) -> list:
         (acct + r"/keys/" + _ID + r"/update", pages.KeyUpdateHandler, d),
         (acct + r"/keys/" + _ID + r"/revoke", pages.KeyRevokeHandler, d),
         (r"/admin/models", pages.ModelsHandler, d),
+        (r"/admin/payments", payments.PaymentsHandler, d),
+        (r"/admin/payments/(ord_[0-9a-f]{1,40})/verify", payments.PaymentVerifyHandler, d),
         (r"/admin/static/(.*)", tornado.web.StaticFileHandler, {"path": STATIC}),
     ]
