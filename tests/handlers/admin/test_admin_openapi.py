@@ -35,7 +35,7 @@ def test_the_route_table_mounts_exactly_the_documented_routes():
                if r.matcher.regex.pattern.startswith("/admin/v1")}  # not the console's pages
     doc = admin.openapi()
     assert mounted == {tornado_pattern(p) for p in doc["paths"]}
-    assert len(doc["paths"]) == len(admin.HANDLERS) == 19
+    assert len(doc["paths"]) == len(admin.HANDLERS) == 22
 
 
 def test_the_document_is_valid_openapi_31():
