@@ -168,15 +168,9 @@ def adjust(account_id: str, amount: str, note: str, ref: str | None, as_json: bo
 
 
 def _csv_out(fields, rows: list[dict]) -> None:
-    import csv
-    import io
+    from upgate.services import csv_safe
 
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=list(fields), extrasaction="ignore", lineterminator="\n")
-    w.writeheader()
-    for row in rows:
-        w.writerow(row)
-    click.echo(buf.getvalue(), nl=False)
+    click.echo(csv_safe.write(fields, rows), nl=False)
 
 
 @account.command("transactions")

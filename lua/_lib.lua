@@ -168,7 +168,10 @@ local function window_reset_ms(rpm_key, now)
 end
 
 -- ---- webhook events ----------------------------------------------------------------------
-local OUTBOX_MAX = 1000               -- an account's undelivered events kept (oldest dropped)
+local OUTBOX_MAX = 1000               -- an account's undelivered events waiting in its outbox; the
+                                      -- mover moves the oldest beyond it to the failed list (overflow)
+local OUTBOX_HARD_MAX = 10 * OUTBOX_MAX  -- only while no node moves them (webhooks off): beyond it
+                                      -- the oldest go, counted in the state's `dropped`
 local OUTBOX_TTL_MS = 7 * 86400000    -- an outbox nobody moves (webhooks off) goes away
 
 -- Micro-toman as the API's decimal text with six fractional digits ("-12.500000").
@@ -191,10 +194,13 @@ local function emit_event(outbox, state, index, account_id, event_type, data, no
   local seq = rcall('HINCRBY', state, 'seq', 1)
   local id = 'evt_' .. string.sub(string.gsub(account_id, '-', ''), 1, 12) .. string.format('%011x%x', now_ms, seq)
   local body = cjson.encode({id = id, type = event_type, created = math.floor(now_ms / 1000), data = data})
-  rcall('RPUSH', outbox, id .. ' ' .. body)
-  rcall('LTRIM', outbox, -OUTBOX_MAX, -1)
+  local n = rcall('RPUSH', outbox, id .. ' ' .. body)
+  if n > OUTBOX_HARD_MAX then
+    rcall('LTRIM', outbox, -OUTBOX_HARD_MAX, -1)
+    rcall('HINCRBY', state, 'dropped', n - OUTBOX_HARD_MAX)
+  end
   rcall('PEXPIRE', outbox, istr(OUTBOX_TTL_MS))
-  if rcall('HEXISTS', state, 'sent') == 0 then
+  if n > OUTBOX_MAX or rcall('HEXISTS', state, 'sent') == 0 then -- over: the mover comes now
     rcall('ZADD', index, 'LT', istr(now_ms), account_id)
   end
   return id
@@ -231,7 +237,9 @@ local function low_balance_check(wallet, outbox, state, index, account_id, now_m
 end
 
 -- key.monthly_limit_reached, once per key and Jalali month (a `limit_event:<month>` flag on the
--- key record): when admit refuses a request for the limit, or a settlement brings `spent` to it.
+-- key record), for a limit that spending reached: a settlement brings `spent` to it, or admit
+-- refuses a request while the settled `spent` is at it already (the limit was lowered). A hold
+-- too large for what is left is refused without it (nothing was spent reaching anything).
 local function limit_reached(key_record, outbox, state, index, account_id, key_id, month, limit, spent, now_ms)
   if rcall('HSETNX', key_record, 'limit_event:' .. month, '1') == 0 then
     return

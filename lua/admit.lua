@@ -53,7 +53,8 @@
     code 3 rate_limit_exceeded         retry_after_ms = until the oldest entry leaves the window
     code 4 too_many_concurrent_streams
     code 5 free_quota_exceeded         a = the day's quota, b = used
-    code 6 key_monthly_limit_reached   a = monthly limit, b = spent (settled this month + key holds)
+    code 6 key_monthly_limit_reached   a = monthly limit, b = spent (settled this month + key holds),
+                                       c = this request's hold
     code 7 insufficient_balance        a = balance, b = wallet held, c = required hold
 ]]
 local wallet, key_record, rpm_key, streams = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
@@ -143,8 +144,14 @@ else
     local monthly = tonumber(k[4])
     local spent = (tonumber(k[6]) or 0) + (tonumber(k[5]) or 0)
     if spent + hold_micro > monthly then
-      limit_reached(key_record, KEYS[9], KEYS[10], KEYS[11], account_id, key_id, month, monthly, spent, now)
-      return {6, limit, remaining, reset_ms, 0, monthly, spent, 0}
+      -- the event is for a limit that spending reached (settled this month), not for a hold
+      -- too large for what is left: that refusal stays silent, and the real crossing (in
+      -- settle.lua, or here once settled spending is at the limit) is announced once
+      local settled = tonumber(k[6]) or 0
+      if settled >= monthly then
+        limit_reached(key_record, KEYS[9], KEYS[10], KEYS[11], account_id, key_id, month, monthly, settled, now)
+      end
+      return {6, limit, remaining, reset_ms, 0, monthly, spent, hold_micro}
     end
   end
   local balance = tonumber(w[2]) or 0

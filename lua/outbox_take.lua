@@ -15,10 +15,11 @@
     ARGV[2] now, ms; "0" = Redis TIME
     ARGV[3] check_ms: how long an event may be out before it is checked
 
-  Output:
-    {0}                   nothing to hand out (empty, or the event out is not due for a check)
-    {1, entry}            a new oldest event: add it to the stream
-    {2, entry, stream_id} the event out is due for a check (stream_id "" = never recorded)
+  Output: {kind, entry, stream_id, length} — length: the outbox's events (over OUTBOX_MAX, the
+  caller moves the excess to the failed list: lua/outbox_overflow.lua)
+    {0, '', '', n}        nothing to hand out (empty, or the event out is not due for a check)
+    {1, entry, '', n}     a new oldest event: add it to the stream
+    {2, entry, stream_id, n} the event out is due for a check (stream_id "" = never recorded)
 ]]
 local outbox, state, index = KEYS[1], KEYS[2], KEYS[3]
 local account_id = ARGV[1]
@@ -29,21 +30,22 @@ local head = rcall('LINDEX', outbox, 0)
 if not head then
   rcall('ZREM', index, account_id)
   rcall('HDEL', state, 'sent', 'at', 'entry')
-  return {0}
+  return {0, '', '', 0}
 end
+local n = rcall('LLEN', outbox)
 local id = string.match(head, '^(%S+)')
 local out = rcall('HMGET', state, 'sent', 'at', 'entry')
 if out[1] == id then
   local due = (tonumber(out[2]) or 0) + check_ms
   if now < due then
     rcall('ZADD', index, string.format('%d', due), account_id)
-    return {0}
+    return {0, '', '', n}
   end
   rcall('HSET', state, 'at', string.format('%d', now))
   rcall('ZADD', index, string.format('%d', now + check_ms), account_id)
-  return {2, head, out[3] or ''}
+  return {2, head, out[3] or '', n}
 end
 rcall('HSET', state, 'sent', id, 'at', string.format('%d', now))
 rcall('HDEL', state, 'entry')
 rcall('ZADD', index, string.format('%d', now + check_ms), account_id)
-return {1, head}
+return {1, head, '', n}

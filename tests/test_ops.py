@@ -231,7 +231,10 @@ def _serve(redis_url, mock, tmp_path, *args, **env):
     return proc, f"http://127.0.0.1:{port}/v1"
 
 
-def _stream_in_thread(base, key, mock_opts, results, i):
+def _stream_in_thread(base, key, mock_opts, results, i, started=None):
+    """A stream in a thread; `started` (a Semaphore) is released at its first chunk, so a test
+    signals the node only once every stream is really under way (on a loaded machine a fixed
+    sleep can land before the connections are even accepted)."""
     def run():
         c = openai.OpenAI(base_url=base, api_key=key, max_retries=0)
         got = []
@@ -240,6 +243,8 @@ def _stream_in_thread(base, key, mock_opts, results, i):
                                                 extra_body={"mock": mock_opts}):
                 if ch.choices and ch.choices[0].delta.content:
                     got.append(ch.choices[0].delta.content)
+                    if started is not None and len(got) == 1:
+                        started.release()
             results[i] = ("done", len(got))
         except openai.APIError as e:
             results[i] = ("cut", len(got), getattr(e, "code", None))
@@ -261,8 +266,11 @@ def test_sigterm_lets_short_streams_finish(redis_url, make_node, mock, tmp_path)
     key, account_id, _ = seed(redis_url, balance="100000")
     proc, base = _serve(redis_url, mock, tmp_path, UPGATE_SHUTDOWN_GRACE_S="10")
     results = {}
-    threads = [_stream_in_thread(base, key, {"chunks": 10, "chunk_delay_ms": 100}, results, i) for i in range(3)]
-    time.sleep(0.4)
+    started = threading.Semaphore(0)
+    threads = [_stream_in_thread(base, key, {"chunks": 10, "chunk_delay_ms": 300}, results, i, started)
+               for i in range(3)]
+    for _ in threads:
+        assert started.acquire(timeout=20), results
     proc.send_signal(signal.SIGTERM)
     for t in threads:
         t.join(20)
@@ -277,8 +285,11 @@ def test_sigterm_cuts_long_streams_after_the_grace_period_with_partial_settlemen
     key, account_id, _ = seed(redis_url, balance="100000")
     proc, base = _serve(redis_url, mock, tmp_path, UPGATE_SHUTDOWN_GRACE_S="1")
     results = {}
-    threads = [_stream_in_thread(base, key, {"chunks": 200, "chunk_delay_ms": 50}, results, i) for i in range(3)]
-    time.sleep(0.5)
+    started = threading.Semaphore(0)
+    threads = [_stream_in_thread(base, key, {"chunks": 200, "chunk_delay_ms": 50}, results, i, started)
+               for i in range(3)]
+    for _ in threads:
+        assert started.acquire(timeout=20), results
     proc.send_signal(signal.SIGTERM)
     for t in threads:
         t.join(30)

@@ -87,9 +87,60 @@ def test_missing_pepper_with_insecure_dev_starts(tmp_path, redis_url):
                  cwd=str(tmp_path), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         wait_port(port, timeout=30, proc=proc)
-        assert httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=5).status_code == 200
+        assert_not_ready_without_catalog(httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=5))
     finally:
         assert stop(proc) == 0
+
+
+def assert_not_ready_without_catalog(resp: httpx.Response) -> None:
+    assert resp.status_code == 503, resp.text
+    body = resp.json()
+    assert body["status"] == "not_ready" and body["catalog"] == "missing"
+    assert "no model catalog is loaded" in body["reason"]
+
+
+def test_healthz_is_not_ready_until_a_catalog_is_loaded_and_warns_of_the_placeholder_topup_url(tmp_path, redis_url):
+    """No catalog: /healthz answers 503 with the reason (it used to say ok), and 200 once one is
+    loaded. UPGATE_TOPUP_URL left at its placeholder: one warning line at start-up."""
+    providers = write(tmp_path / "p.toml", GOOD_PROVIDERS)
+    port = free_port()
+    err_path = tmp_path / "serve.err"
+    with open(err_path, "wb") as err:
+        proc = spawn([sys.executable, "-m", "upgate.cli", "serve", "--port", str(port)],
+                     env=clean_env(UPGATE_REDIS_URL=redis_url, UPGATE_KEY_PEPPER=PEPPER,
+                                   UPGATE_PROVIDERS=str(providers)),
+                     cwd=str(tmp_path), stdout=subprocess.DEVNULL, stderr=err)
+        try:
+            wait_port(port, timeout=30, proc=proc)
+            url = f"http://127.0.0.1:{port}/healthz"
+            assert_not_ready_without_catalog(httpx.get(url, timeout=5))
+            load_catalog(redis_url)
+            wait_for(lambda: httpx.get(url, timeout=5).status_code == 200, 20, "the catalog to be picked up")
+            body = httpx.get(url, timeout=5).json()
+            assert body["status"] == "ok" and body["reason"] is None and body["catalog"] == "loaded"
+        finally:
+            assert stop(proc) == 0
+    warned = [line for line in err_path.read_text().splitlines() if "UPGATE_TOPUP_URL" in line]
+    assert len(warned) == 1 and "WARNING" in warned[0] and "example.invalid" in warned[0], warned
+
+
+def test_a_set_topup_url_gives_no_warning(tmp_path, redis_url):
+    providers = write(tmp_path / "p.toml", GOOD_PROVIDERS)
+    port = free_port()
+    err_path = tmp_path / "serve.err"
+    with open(err_path, "wb") as err:
+        proc = spawn([sys.executable, "-m", "upgate.cli", "serve", "--port", str(port)],
+                     env=clean_env(UPGATE_REDIS_URL=redis_url, UPGATE_KEY_PEPPER=PEPPER,
+                                   UPGATE_PROVIDERS=str(providers),
+                                   UPGATE_TOPUP_URL="https://pay.example/topup"),
+                     cwd=str(tmp_path), stdout=subprocess.DEVNULL, stderr=err)
+        try:
+            wait_port(port, timeout=30, proc=proc)
+            assert_not_ready_without_catalog(httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=5))
+        finally:
+            assert stop(proc) == 0
+    log = err_path.read_text()
+    assert "listening on" in log and "UPGATE_TOPUP_URL" not in log
 
 
 def test_provider_with_unset_key_var_starts_warns_and_answers_503(tmp_path, redis_url, mock):

@@ -6,6 +6,7 @@ import tornado.web
 from upgate import console
 from upgate.handlers import admin
 from upgate.handlers.base import NotFoundHandler, ResponsesHandler
+from upgate.handlers.guard import unguarded
 from upgate.handlers.health import HealthHandler, MetricsHandler
 from upgate.handlers.me import MeHandler
 from upgate.handlers.models import ModelHandler, ModelsHandler
@@ -35,6 +36,10 @@ def make_app(ctx, **settings) -> tornado.web.Application:
         # the operator's console: HTML pages under /admin/ (upgate/console/, docs/console.md)
         *console.routes(ctx),
     ]
+    # every route checks its credential and size limit before it reads a body (guard.py): a
+    # handler that does not would let anyone make the node hold any body it is sent
+    if loose := unguarded(routes, NotFoundHandler):
+        raise TypeError(f"handlers without upgate.handlers.guard.BodyGuard: {', '.join(loose)}")
     return tornado.web.Application(
         routes,
         default_handler_class=NotFoundHandler,

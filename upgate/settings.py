@@ -97,6 +97,10 @@ class Settings:
         return min(5.0, self.lease_s / 6)
 
     @property
+    def topup_url_is_placeholder(self) -> bool:
+        return self.topup_url == Settings.topup_url
+
+    @property
     def webhooks_on(self) -> bool:
         return bool(self.webhook_url and self.webhook_secret)
 

@@ -130,3 +130,71 @@ def test_refusals_exit_1_one_line_nothing_written(run, acct, redis_url, args, ne
     refused(run(*[a.replace("{acct}", acct) for a in args]), needle)
     refused(run(*[a.replace("{acct}", acct) for a in args], "--json"), needle)
     assert snapshot(redis_url) == before
+
+
+NFC, NFD = "pay-\u00e9t\u00e9", "pay-e\u0301te\u0301"  # one ref, composed and decomposed
+
+
+def test_a_ref_is_normalized_once_spaces_and_unicode_forms_replay(run, acct, r):
+    """"r ", " r" and the NFD spelling of a ref are that ref: a replay, never a second credit."""
+    first = ok_json(run("account", "topup", acct, "500", "--ref", NFD, "--json"))
+    assert first["replayed"] is False and first["transaction"]["ref"] == NFC
+    for spelling in (NFC, f" {NFC}", f"{NFD} ", f"\t{NFD}"):
+        again = ok_json(run("account", "topup", acct, "500", "--ref", spelling, "--json"))
+        assert again["replayed"] is True and again["transaction"] == first["transaction"], spelling
+    refused(run("account", "adjust", acct, "500", "--note", "x", "--ref", f" {NFD} "), "already used")
+    refused(run("account", "topup", acct, "500", "--ref", "   "), "ref must be")
+    txns = ok_json(run("account", "transactions", acct, "--json"))["transactions"]
+    assert [t["kind"] for t in txns] == ["topup", "opening"]
+    assert ok_json(run("account", "show", acct, "--json"))["balance_toman"] == "1500.000000"
+
+
+# cells a spreadsheet would run as a formula (OPERATORS.md, "Spreadsheet safety")
+HOSTILE_REF, HOSTILE_NOTE = '=HYPERLINK("http://evil.example","pay")', "+cmd|' /C calc'!A0"
+HOSTILE_REF2, HOSTILE_NOTE2 = "-2+3", "@SUM(1+1)"
+
+
+def _neutral(cell: str, raw: str) -> bool:
+    return cell == "'" + raw
+
+
+def test_csv_cells_a_spreadsheet_would_run_get_a_quote_amounts_stay_plain(run, acct, redis_url):
+    """transactions --csv, statement --csv and requests --csv, read back with the csv module:
+    every hostile ref, note and model comes back with a leading ', every amount as a decimal."""
+    run("account", "topup", acct, "500", "--ref", HOSTILE_REF, "--note", HOSTILE_NOTE, "--json")
+    run("account", "adjust", acct, "-5", "--ref", HOSTILE_REF2, "--note", HOSTILE_NOTE2, "--json")
+    rows = list(csv.DictReader(io.StringIO(run("account", "transactions", acct, "--csv").stdout)))
+    assert [r["kind"] for r in rows] == ["adjustment", "topup", "opening"]
+    assert _neutral(rows[0]["ref"], HOSTILE_REF2) and _neutral(rows[0]["note"], HOSTILE_NOTE2)
+    assert _neutral(rows[1]["ref"], HOSTILE_REF) and _neutral(rows[1]["note"], HOSTILE_NOTE)
+    assert rows[0]["amount_toman"] == "-5.000000" and rows[0]["balance_after_toman"] == "1495.000000"
+    st = list(csv.DictReader(io.StringIO(run("account", "statement", acct, "--csv").stdout)))
+    by_kind = {r["kind"]: r for r in st}
+    assert _neutral(by_kind["topup"]["ref"], HOSTILE_REF) and _neutral(by_kind["topup"]["note"], HOSTILE_NOTE)
+    assert _neutral(by_kind["adjustment"]["ref"], HOSTILE_REF2)
+    assert by_kind["adjustment"]["amount_toman"] == "-5.000000"
+    for r in rows + st:  # nothing a spreadsheet would run is left anywhere
+        for k, v in r.items():
+            assert not (v or "").startswith(("=", "+", "@", "\t", "\r")), (k, v)
+            assert not (v or "").startswith("-") or k.endswith("_toman"), (k, v)
+
+    sync = redis.Redis.from_url(redis_url)
+    seed_key(sync, acct, KEY)
+
+    async def body(L):
+        adm = await L.admit(account_id=acct, key_id=KEY, model="@m/x", hold_micro=TOMAN, stream=False, free=False)
+        await L.settle(acct, adm.hold_id, key_id=KEY, model="@m/x", cost_micro=1234, prompt_tokens=1,
+                       completion_tokens=1, record=records.new(request_id="req_csv1", key_id=KEY, model="@m/x",
+                                                          status=200, hold_micro=TOMAN, cost_micro=1234))
+    run_ledger(redis_url, body)
+    reqs = list(csv.DictReader(io.StringIO(run("requests", acct, "--csv").stdout)))
+    assert reqs[0]["model"] == "'@m/x" and reqs[0]["cost_toman"] == "0.001234"
+
+
+def test_the_csv_writer_neutralises_tab_and_carriage_return_too():
+    from upgate.services import csv_safe
+
+    text = csv_safe.write(("note", "amount_toman"), [{"note": "\tx", "amount_toman": "-1.000000"},
+                                                     {"note": "\r=1", "amount_toman": "=1"}])
+    rows = list(csv.DictReader(io.StringIO(text, newline="")))
+    assert rows == [{"note": "'\tx", "amount_toman": "-1.000000"}, {"note": "'\r=1", "amount_toman": "'=1"}]

@@ -323,6 +323,48 @@ def test_a_url_source_that_fails_is_refused(env, source_server, monkeypatch):
     assert snapshot(env) == before
 
 
+@pytest.mark.parametrize("source, message", [
+    ("file:///etc/passwd", "not file://"),
+    ("ftp://127.0.0.1/models.json", "not ftp://"),
+    ("gopher://127.0.0.1:70/x", "not gopher://"),
+    ("http://2130706433/api/v1/models", "odd form"),  # 127.0.0.1 as one integer
+    ("http://0x7f.1/api/v1/models", "odd form"),
+    ("http://0177.0.0.1/api/v1/models", "odd form"),
+    ("http://127.1/api/v1/models", "odd form"),
+])
+def test_sources_upgate_does_not_fetch_are_refused(env, source, message):
+    before = snapshot(env)
+    res = invoke(*sync_args(source))
+    assert res.exit_code == 1 and message in res.stderr, res.output
+    assert len(res.stderr.strip().splitlines()) == 1 and snapshot(env) == before
+
+
+def test_a_redirect_is_not_followed(env, source_server):
+    """The source answers 302 to a URL that would serve a valid list: refused, nothing
+    fetched from the redirect's target, nothing written."""
+    handler, url = source_server
+    target = []
+
+    def do_get(self):  # noqa: N802
+        if self.path.startswith("/moved"):
+            target.append(self.path)
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(FIXTURE.read_bytes())))
+            self.end_headers()
+            self.wfile.write(FIXTURE.read_bytes())
+            return
+        self.send_response(302)
+        self.send_header("Location", "/moved")
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    handler.do_GET = do_get
+    before = snapshot(env)
+    res = invoke(*sync_args(url, "--yes"))
+    assert res.exit_code == 1 and "HTTP 302" in res.stderr and "redirects are not followed" in res.stderr
+    assert target == [] and snapshot(env) == before
+
+
 # ---- a running node --------------------------------------------------------------------------
 
 def test_a_running_node_serves_synced_prices_without_restart(node, redis_url, tmp_path):

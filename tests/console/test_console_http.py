@@ -192,6 +192,24 @@ def test_statement_csv_download(node, redis_url):
     assert c.get(f"/admin/accounts/{account_id}/statement.csv?month=1405-13").status_code == 400
 
 
+def test_statement_csv_download_neutralises_cells_a_spreadsheet_would_run(node, redis_url):
+    import csv
+    import io
+
+    _key, account_id, _kid = seed(redis_url, balance="1000")
+    c = signed_in(node, admin_token(redis_url))
+    url = f"/admin/accounts/{account_id}"
+    token = xsrf(c.get(url).text)
+    assert c.post(url + "/topups", data={"_xsrf": token, "amount_toman": "50", "ref": "=HYPERLINK(1)",
+                                         "note": "+cmd"}).status_code == 303
+    assert c.post(url + "/adjustments", data={"_xsrf": token, "amount_toman": "-5", "ref": "@x",
+                                              "note": "-2+3"}).status_code == 303
+    rows = {r["kind"]: r for r in csv.DictReader(io.StringIO(c.get(url + "/statement.csv").text))}
+    assert (rows["topup"]["ref"], rows["topup"]["note"]) == ("'=HYPERLINK(1)", "'+cmd")
+    assert (rows["adjustment"]["ref"], rows["adjustment"]["note"]) == ("'@x", "'-2+3")
+    assert rows["adjustment"]["amount_toman"] == "-5.000000"
+
+
 def test_console_writes_are_in_the_admin_log_under_the_tokens_name(node, redis_url):
     import json
 
@@ -222,8 +240,12 @@ def test_failed_sign_ins_are_throttled_per_address(node, redis_url):
     codes = [c.post("/admin/login", data={"token": "upa_" + "x" * 40, "_xsrf": form}).status_code
              for _ in range(11)]
     assert codes[:10] == [401] * 10 and codes[10] == 429
-    r = c.post("/admin/login", data={"token": token, "_xsrf": form})
-    assert r.status_code == 429 and int(r.headers["Retry-After"]) > 0  # even the right token waits
+    r = c.post("/admin/login", data={"token": "upa_" + "x" * 40, "_xsrf": form})
+    assert r.status_code == 429 and int(r.headers["Retry-After"]) > 0
+    # failures are throttled, not owners: the right token signs in from the same address
+    r = c.post("/admin/login", data={"token": token, "_xsrf": form, "next": "/admin/"})
+    assert r.status_code == 303 and r.headers["location"] == "/admin/", r.text
+    assert c.get("/admin/").status_code == 200
 
 
 def test_the_overview_shows_the_management_apis_numbers(node, redis_url):

@@ -112,21 +112,46 @@ def test_no_low_balance_event_without_a_threshold(redis_url, receiver, hooked):
     assert not of_type(receiver, "wallet.low_balance")
 
 
-def test_monthly_limit_reached_once_per_key_and_month(redis_url, receiver, hooked):
+def _sentinel(client, receiver: Receiver, acct: str, ref: str) -> None:
+    """A top-up's event, waited for: the account's events arrive in order, so any event decided
+    before it has arrived by then (a way to see that an event was NOT sent, without sleeping)."""
+    txn = transactions.topup(client, acct, "1", ref=ref)["transaction"]["id"]
+    wait_for(lambda: any(e["data"].get("transaction", {}).get("id") == txn
+                         for e in of_type(receiver, "wallet.topup")), 10, "the sentinel top-up event")
+
+
+def test_monthly_limit_event_is_for_spending_that_reached_it_not_a_large_hold(redis_url, receiver, hooked):
+    """A 2,000-toman limit, nothing spent, the default hold (4096 output tokens: 2,457.6 toman)
+    alone over it: 429 key_monthly_limit_reached that says a smaller max_tokens fits, and NO
+    event (nothing was spent). Spending that reaches the limit is announced, once."""
+    from upgate.services import keys
+
     node = hooked()
-    key, acct, key_id = seed(redis_url, balance="1000", monthly_limit_micro=money.parse_toman("10"))
-    codes = [chat(node, key) for _ in range(5)]
-    refused = [r for r in codes if r.status_code != 200]
-    assert refused and refused[0].json()["error"]["code"] == "key_monthly_limit_reached"
-    wait_for(lambda: of_type(receiver, "key.monthly_limit_reached"), 10, "the limit event")
-    time.sleep(0.8)
+    client = store.connect_sync(redis_url)
+    key, acct, key_id = seed(redis_url, balance="5000", monthly_limit_micro=money.parse_toman("2000"))
+    big = httpx.post(node.base + "/chat/completions", headers={"Authorization": f"Bearer {key}"}, timeout=30,
+                     json={k: v for k, v in BODY.items() if k != "max_tokens"})
+    assert big.status_code == 429, big.text
+    err = big.json()["error"]
+    assert err["code"] == "key_monthly_limit_reached" and "smaller max_tokens fits" in err["message"]
+    assert "2000.000000 toman left" in err["message"], err["message"]
+    assert chat(node, key).status_code == 200  # max_tokens 8 fits: 3.75 toman spent
+    _sentinel(client, receiver, acct, "s-1")
+    assert of_type(receiver, "key.monthly_limit_reached") == []
+
+    # the spent 3.75 toman reach the limit once it is lowered to them: refused, announced once
+    keys.update_key(client, key_id, monthly_limit_micro=money.parse_toman("3.75"))
+    for _ in range(3):
+        r = chat(node, key)
+        assert r.status_code == 429 and r.json()["error"]["code"] == "key_monthly_limit_reached"
+        assert "smaller max_tokens" not in r.json()["error"]["message"]
+    _sentinel(client, receiver, acct, "s-2")
     events = of_type(receiver, "key.monthly_limit_reached")
     assert len(events) == 1
     data = events[0]["data"]
     assert list(data) == ["account_id", "key_id", "monthly_limit_toman", "spent_toman"]
     assert data["account_id"] == acct and data["key_id"] == key_id
-    assert data["monthly_limit_toman"] == "10.000000"
-    assert money.parse_toman(data["spent_toman"]) > 0
+    assert (data["monthly_limit_toman"], data["spent_toman"]) == ("3.750000", "3.750000")
     body = str(events[0])
     assert key not in body and key[:12] not in body  # no key material
 

@@ -10,7 +10,7 @@ import httpx
 import pytest
 import redis
 
-from tests.gateway import seed
+from tests.gateway import load_catalog, seed
 from tests.load_kit import Gateway, wait_for
 from tests.webhook_receiver import Receiver
 from upgate.services import accounts
@@ -21,6 +21,7 @@ SECRET = "whsec-nodes-0123456789"
 
 @pytest.fixture
 def gateways(redis_url, mock, tmp_path):
+    load_catalog(redis_url)  # a node without a catalog is not ready (/healthz 503)
     started: list[Gateway] = []
 
     def start(n: int, receiver: Receiver, **env) -> list[Gateway]:

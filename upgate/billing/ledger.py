@@ -84,8 +84,8 @@ class Rejected(GatewayError):
     are set per the spec."""
 
     def __init__(self, code: str, *, rate: RateInfo | None = None, retry_after: int | None = None,
-                 svc: dict | None = None):
-        super().__init__(code, retry_after=retry_after, svc=svc)
+                 svc: dict | None = None, message: str | None = None):
+        super().__init__(code, message, retry_after=retry_after, svc=svc)
         self.rate = rate
 
 
@@ -195,7 +195,11 @@ class Ledger(Reaper, Journal, Cooldowns):
                            svc=dict(alternative) if alternative else None)
         if name == "key_monthly_limit_reached":  # the limit starts again with the next Jalali month
             month_start = self._cal[4] if self._cal[0] <= ts < self._cal[1] else jalali.next_month_start(ts)
-            raise Rejected(name, rate=rate, retry_after=max(1, math.ceil(month_start - ts)),
+            # room left, only not this request's hold: say that a smaller request fits now
+            message = None if b >= a else (
+                f"This key's monthly spending limit has {money.fmt(a - b)} toman left, less than this "
+                f"request's hold of {money.fmt(c)} toman: a smaller max_tokens fits.")
+            raise Rejected(name, rate=rate, retry_after=max(1, math.ceil(month_start - ts)), message=message,
                            svc={"monthly_limit_toman": money.fmt(a), "spent_toman": money.fmt(b)})
         if name == "insufficient_balance":
             raise Rejected(name, rate=rate, svc={

@@ -12,10 +12,13 @@ fractional digits (the catalog's resolution); the per-request fees (``request``,
 """
 from __future__ import annotations
 
+import ipaddress
 import json
+import re
 from dataclasses import dataclass, field
 from decimal import ROUND_CEILING, Decimal, InvalidOperation, localcontext
 from fnmatch import fnmatchcase
+from urllib.parse import urlsplit
 
 from upgate.billing import money
 from upgate.catalog import rules as catalog
@@ -42,6 +45,35 @@ class SyncError(ValueError):
     def __init__(self, message: str, field: str | None = None):
         super().__init__(message)
         self.field = field
+
+
+_NUMERIC_LABEL = re.compile(r"^(0x[0-9a-f]*|[0-9]+)$")
+
+
+def source_url(source: str) -> str | None:
+    """The source as a URL to fetch, None when it is a file path; SyncError when it is a URL
+    upgate does not fetch. Only http:// and https://; a host that is all numbers must be a
+    plain dotted quad (127.0.0.1) or a bracketed IPv6: the odd forms a resolver also takes
+    (2130706433, 0x7f.1, 0177.0.0.1, 127.1) only serve to disguise an address."""
+    scheme, sep, _ = source.partition("://")
+    if not sep or not re.fullmatch(r"[A-Za-z][A-Za-z0-9+.-]*", scheme):
+        return None
+    if scheme.lower() not in ("http", "https"):
+        raise SyncError(f"the source must be an http:// or https:// URL or a file, not {scheme}://", "source")
+    try:
+        host = urlsplit(source).hostname or ""
+    except ValueError as e:
+        raise SyncError(f"the source URL is malformed: {e}", "source") from None
+    if not host:
+        raise SyncError("the source URL has no host", "source")
+    labels = host.rstrip(".").split(".")
+    if ":" not in host and all(_NUMERIC_LABEL.match(label) for label in labels):
+        try:
+            ipaddress.IPv4Address(host)
+        except ValueError:
+            raise SyncError(f"the source host {host!r} is a numeric address in an odd form: "
+                            "write it as a dotted quad (127.0.0.1)", "source") from None
+    return source
 
 
 @dataclass(frozen=True)

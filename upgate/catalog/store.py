@@ -231,10 +231,11 @@ class SyncOutcome:
 
 
 def fetch(source: str, *, timeout_s: float = SOURCE_TIMEOUT_S, max_bytes: int | None = None) -> bytes:
-    """The source's bytes: an http(s) URL (fetched within `timeout_s` in all) or a file, never
-    more than `max_bytes` (default MAX_SOURCE_BYTES). Raises SyncError with one line."""
+    """The source's bytes: an http(s) URL (price_sync.source_url; one GET, no redirect followed,
+    within `timeout_s` in all) or a file, never more than `max_bytes` (default
+    MAX_SOURCE_BYTES). Raises SyncError with one line."""
     max_bytes = MAX_SOURCE_BYTES if max_bytes is None else max_bytes
-    if not source.startswith(("http://", "https://")):
+    if price_sync.source_url(source) is None:
         try:
             with open(source, "rb") as f:
                 raw = f.read(max_bytes + 1)
@@ -254,10 +255,8 @@ def fetch(source: str, *, timeout_s: float = SOURCE_TIMEOUT_S, max_bytes: int | 
         c.setopt(pycurl.URL, source)
         c.setopt(pycurl.WRITEFUNCTION, write)
         c.setopt(pycurl.NOSIGNAL, 1)
-        c.setopt(pycurl.FOLLOWLOCATION, 1)
-        c.setopt(pycurl.MAXREDIRS, 3)
+        c.setopt(pycurl.FOLLOWLOCATION, 0)  # a redirect could lead anywhere: refused below
         c.setopt(pycurl.PROTOCOLS, pycurl.PROTO_HTTP | pycurl.PROTO_HTTPS)
-        c.setopt(pycurl.REDIR_PROTOCOLS, pycurl.PROTO_HTTP | pycurl.PROTO_HTTPS)
         c.setopt(pycurl.TIMEOUT_MS, max(1, int(timeout_s * 1000)))
         c.setopt(pycurl.ACCEPT_ENCODING, "")
         c.perform()
@@ -271,6 +270,9 @@ def fetch(source: str, *, timeout_s: float = SOURCE_TIMEOUT_S, max_bytes: int | 
         raise SyncError(f"cannot fetch the source: {e.args[-1] if e.args else e}", "source") from None
     finally:
         c.close()
+    if 300 <= status < 400:
+        raise SyncError(f"the source answered HTTP {status} (a redirect): redirects are not followed; "
+                        "give the final URL", "source")
     if status != 200:
         raise SyncError(f"the source answered HTTP {status}, not 200", "source")
     return bytes(buf)

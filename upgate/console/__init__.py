@@ -10,10 +10,15 @@ import tornado.web
 
 from upgate.console import pages, payments
 from upgate.console.base import STATIC
+from upgate.handlers.guard import BodyGuard
 
 __all__ = ["routes"]
 
 _ID = r"([^/]+)"
+
+
+class StaticHandler(BodyGuard, tornado.web.StaticFileHandler):
+    """The stylesheet: no credential, so at most 64 KB of a body, dropped."""
 
 
 def routes(ctx) -> list:
@@ -35,5 +40,5 @@ def routes(ctx) -> list:
         (r"/admin/models", pages.ModelsHandler, d),
         (r"/admin/payments", payments.PaymentsHandler, d),
         (r"/admin/payments/(ord_[0-9a-f]{1,40})/verify", payments.PaymentVerifyHandler, d),
-        (r"/admin/static/(.*)", tornado.web.StaticFileHandler, {"path": STATIC}),
+        (r"/admin/static/(.*)", StaticHandler, {"path": STATIC}),
     ]

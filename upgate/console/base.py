@@ -1,10 +1,14 @@
 """The console's base handler: session, XSRF, HTML errors, security headers, the executor.
 
-XSRF is checked here, in `prepare`, for every console POST, rather than by Tornado's
-application-wide ``xsrf_cookies`` setting: that setting would also demand the cookie on the
-client API (/v1) and the management API (/admin/v1), which authenticate with Bearer tokens
-and are not reachable by a browser's ambient cookies. A POST without a matching ``_xsrf``
-field is refused with 403 before anything else runs.
+The session is checked first, from the cookie alone, before any of a request's body is read
+(upgate/handlers/guard.py): a page asked for without one is redirected to the sign-in page
+without reading its body, and no console body may pass 64 KB (a form is a few hundred bytes).
+
+XSRF is checked here, for every console POST, once its form is in (`read_form`, before the
+verb runs), rather than by Tornado's application-wide ``xsrf_cookies`` setting: that setting
+would also demand the cookie on the client API (/v1) and the management API (/admin/v1), which
+authenticate with Bearer tokens and are not reachable by a browser's ambient cookies. A POST
+without a matching ``_xsrf`` field is refused with 403 before its handler does anything.
 
 Every cookie the console sets (session, XSRF, flash) is HttpOnly, SameSite=Strict, scoped to
 /admin, and Secure when the request came over https (directly, or per the PaaS router's
@@ -12,6 +16,8 @@ Every cookie the console sets (session, XSRF, flash) is HttpOnly, SameSite=Stric
 """
 from __future__ import annotations
 
+import functools
+import inspect
 import logging
 import time
 import urllib.parse
@@ -19,9 +25,11 @@ from pathlib import Path
 
 import orjson
 import tornado.web
+from tornado import httputil
 
 from upgate.console import fmt, session
 from upgate.handlers.base import new_request_id
+from upgate.handlers.guard import BodyGuard
 
 log = logging.getLogger("upgate.console")
 
@@ -35,9 +43,28 @@ CSP = ("default-src 'none'; style-src 'self'; img-src 'self' data:; form-action 
        "frame-ancestors 'none'; base-uri 'none'")
 
 
-class ConsoleHandler(tornado.web.RequestHandler):
+def _form_first(verb):
+    """Run `read_form` (the form parsed, its XSRF field checked) before `verb`."""
+    @functools.wraps(verb)
+    async def run(self, *args):
+        self.read_form()
+        result = verb(self, *args)
+        if inspect.isawaitable(result):
+            await result
+    run.form_first = True
+    return run
+
+
+class ConsoleHandler(BodyGuard, tornado.web.RequestHandler):
     public = False  # True: reachable without a session (the sign-in page)
     writes = False  # True: a POST that changes something (refused to read-only tokens)
+    keep_body = True  # the form, at most 64 KB
+
+    def __init_subclass__(cls, **kw):
+        super().__init_subclass__(**kw)
+        verb = cls.__dict__.get("post")
+        if verb is not None and not getattr(verb, "form_first", False):
+            cls.post = _form_first(verb)
 
     def initialize(self, ctx) -> None:
         self.ctx = ctx
@@ -56,6 +83,9 @@ class ConsoleHandler(tornado.web.RequestHandler):
         hook = getattr(self.ctx, "on_request_finished", None)  # the access log line and metrics
         if hook is not None:
             hook(self)
+
+    def too_large(self) -> Exception:
+        return tornado.web.HTTPError(413, "A console form is at most 64 KB.")
 
     async def call(self, fn, *args, **kwargs):
         """A sync service function on the node's admin pool (the management API's): never on
@@ -132,9 +162,19 @@ class ConsoleHandler(tornado.web.RequestHandler):
         raw = self.get_signed_cookie(session.COOKIE, max_age_days=session.LIFETIME_S / 86400)
         return raw.decode() if raw else None
 
-    async def prepare(self) -> None:
-        if self.request.method not in ("GET", "HEAD"):
-            self.check_xsrf_cookie()  # 403 for a forged or stale form
+    def read_form(self) -> None:
+        """The POSTed form into Tornado's body arguments, then the XSRF check: 403 for a
+        forged or stale form."""
+        req = self.request
+        req.body = self.body_bytes() or b""
+        httputil.parse_body_arguments(req.headers.get("Content-Type", ""), req.body, req.body_arguments,
+                                      req.files, req.headers)
+        for name, values in req.body_arguments.items():
+            req.arguments.setdefault(name, []).extend(values)
+        self.check_xsrf_cookie()
+
+    async def authenticate(self) -> None:
+        """The session, from its cookie: before any of the body is read."""
         if self.public:
             return
         self.who = await self.call(session.current, self.pepper, self.session_id())

@@ -61,13 +61,14 @@ class LoginHandler(ConsoleHandler):
         target = _safe_next(self.get_body_argument("next", None))
         node = self.ctx.admin  # the management API's throttle on failed sign-ins, per address
         address = node.address(self.request)
-        wait = node.throttled(address)
+        token = self.get_body_argument("token", "").strip()
+        wait = await node.wait_before(address, token)  # never for a live token
         if wait:
             self.set_status(429)
             self.set_header("Retry-After", str(wait))
             self.render("login.html", next=target, error=f"Too many failed sign-ins: try again in {wait} s.")
             return
-        sid, who = await self.call(session.sign_in, self.pepper, self.get_body_argument("token", ""))
+        sid, who = await self.call(session.sign_in, self.pepper, token)
         if sid is None:
             node.failed(address)
             self.set_status(401)

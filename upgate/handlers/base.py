@@ -18,6 +18,7 @@ from tornado.httputil import HTTPHeaders, format_timestamp
 
 from upgate import __version__
 from upgate.errors import GatewayError
+from upgate.handlers.guard import UNAUTHENTICATED_BODY_MAX, BodyGuard
 from upgate.billing.ledger import store_unavailable
 from upgate.handlers.requests import BodyShape
 
@@ -56,16 +57,16 @@ def header_block_refusal() -> bytes:
     return ("\r\n".join(head) + "\r\n\r\n").encode("latin1") + body
 
 
-@tornado.web.stream_request_body
-class BaseHandler(tornado.web.RequestHandler):
+class BaseHandler(BodyGuard, tornado.web.RequestHandler):
     """Dependencies arrive through ``initialize(ctx=...)`` from the route table, never globals.
 
-    Every route streams its body in, so the 20 MB limit is enforced here, per chunk, with the
-    spec's 413 — Tornado's own limit would answer a bare 400 or buffer the body first. Routes
-    that take no body count and drop it; the proxy keeps it (``keep_body``).
+    Every route streams its body in (upgate/handlers/guard.py): its credential is checked
+    first, then its limit — 20 MB for a request with a key (or an admin token), 64 KB for one
+    without — with the spec's 413, before any of the body is read. Tornado's own limit would
+    answer a bare 400 or buffer the body first. Routes that take no body count and drop it; the
+    proxy keeps it (``keep_body``).
     """
 
-    keep_body = False
     NAMES_PARAM = False  # error.param: null on the client API, the field at fault on /admin/v1
     # The route needs a key: it is checked in prepare(), before any of the body is read or
     # `100 Continue` is sent; a refused request is answered and its connection closed.
@@ -81,49 +82,35 @@ class BaseHandler(tornado.web.RequestHandler):
         self.started = time.monotonic()
 
     async def prepare(self) -> None:
-        self._body: list[bytes] | None = []
-        self._size = 0
         self._shape = BodyShape() if self.keep_body else None
-        limit = self.ctx.settings.max_body_bytes
-        length = self.request.headers.get("Content-Length")
-        if length is not None:
-            if not (length.isascii() and length.isdigit()):  # ("²" and "٣" are digits too)
-                raise GatewayError("invalid_request", "Content-Length is malformed.")
-            if int(length) > limit:
-                raise GatewayError("request_too_large")
+        await super().prepare()
+
+    async def authenticate(self) -> None:
         if self.needs_key and self._serves(self.request.method):  # (else Tornado's 405 follows)
             self.key, self.account = await self.ctx.auth.authenticate(self.request.headers,
                                                                       self.ctx.client_address(self.request))
-        # No per-request max_body_size: Tornado would refuse the chunk that crosses it with a
-        # bare 400 before data_received sees it. The server-wide bound is far above the limit.
-        ready = getattr(self.request.connection, "ready_for_body", None)
-        if ready is not None:  # upgate/http/connection.py: the body now, not two loop turns later
-            ready()
+
+    def body_limit(self) -> int:
+        return self.ctx.settings.max_body_bytes if self.key is not None else UNAUTHENTICATED_BODY_MAX
+
+    def bad_length(self) -> Exception:
+        return GatewayError("invalid_request", "Content-Length is malformed.")
+
+    def too_large(self) -> Exception:
+        return GatewayError("request_too_large")
 
     @classmethod
     def _serves(cls, method: str) -> bool:
         name = method.lower()
         return getattr(cls, name, None) is not getattr(tornado.web.RequestHandler, name, None)
 
-    def data_received(self, chunk: bytes) -> None:
-        if self._body is None:
+    def take(self, chunk: bytes) -> None:
+        try:
+            self._shape.feed(chunk)  # depth and value count, before anything is parsed
+        except GatewayError as e:
+            self.refuse(e)
             return
-        self._size += len(chunk)
-        if self._size > self.ctx.settings.max_body_bytes:
-            self._body = None
-            self.send_gateway_error(GatewayError("request_too_large"))
-        elif self.keep_body:
-            try:
-                self._shape.feed(chunk)  # depth and value count, before anything is parsed
-            except GatewayError as e:
-                self._body = None
-                self.send_gateway_error(e)
-                return
-            self._body.append(chunk)
-
-    def body_bytes(self) -> bytes | None:
-        """The whole body, or None when it was refused (the 413 is already on its way)."""
-        return None if self._body is None else b"".join(self._body)
+        self._body.append(chunk)
 
     def clear(self) -> None:
         # Tornado's clear() formats a Date per request and sets every default header through
@@ -141,6 +128,7 @@ class BaseHandler(tornado.web.RequestHandler):
         self._write_buffer = []
         self._status_code = 200
         self._reason = "OK"
+        self.set_default_headers()  # Tornado's hook, as its own clear() calls it
 
     def _apply_rate(self) -> None:
         rate = self.rate
@@ -177,10 +165,6 @@ class BaseHandler(tornado.web.RequestHandler):
             self.set_header(name, value)
         self.finish(orjson.dumps(err.body(self.NAMES_PARAM)))
 
-    def send_gateway_error(self, err: GatewayError) -> None:
-        """Render `err` from a place where raising would not reach write_error."""
-        self.send_error(err.status, exc_info=(type(err), err, None))
-
     def log_exception(self, typ, value, tb) -> None:
         # Expected errors are one warning line at most; only the unexpected get a traceback.
         if isinstance(value, GatewayError):
@@ -203,15 +187,19 @@ class BaseHandler(tornado.web.RequestHandler):
 class NotFoundHandler(BaseHandler):
     """Every route the spec does not define, under any method: 404 not_found.
 
-    Answered from the verb method, after the (at most 20 MB) body was read: answering from
-    prepare() would make Tornado close the kept-alive connection rather than read the body,
-    and a client that reuses it (every SDK's pool) would see a reset on its next request.
+    Answered from the verb method, after the body (at most 64 KB: no key was checked) was read:
+    answering from prepare() would make Tornado close the kept-alive connection rather than
+    read the body, and a client that reuses it (every SDK's pool) would see a reset on its
+    next request. A longer body gets the same 404 at once, and its connection is closed.
     """
 
     SUPPORTED_METHODS = ("GET", "HEAD", "POST", "DELETE", "PATCH", "PUT", "OPTIONS")
 
     def message(self) -> str:
         return f"Unknown route: {self.request.method} {self.request.path}"
+
+    def too_large(self) -> Exception:
+        return GatewayError("not_found", self.message())
 
     def _not_found(self, *_args) -> None:
         raise GatewayError("not_found", self.message())

@@ -5,7 +5,9 @@
 outage is not cured by restarting every gateway node (they serve 503 service_unavailable and
 recover by themselves when it answers), so the node answers 200 with `"status": "degraded"`
 and names what is down; only a draining node (shutting down) answers 503, so a load balancer
-stops sending it new requests.
+stops sending it new requests. A node with no model catalog is not ready either (503, the
+reason in `reason`): it could only refuse every model, and the first `models load` (which every
+node picks up at once) cures it, so a load balancer should not send it traffic meanwhile.
 """
 from __future__ import annotations
 
@@ -32,8 +34,10 @@ class HealthHandler(BaseHandler):
         down = [] if redis_ok else ["redis"]
         if ctx.store_refusal:
             down.append("redis-eviction")
+        reason = None if ctx.catalog.loaded else "no model catalog is loaded (upgate-admin models load FILE)"
         body = {
-            "status": "degraded" if down else "ok",
+            "status": "not_ready" if reason else "degraded" if down else "ok",
+            "reason": reason,
             "down": down,
             "warnings": [ctx.store_refusal, *ctx.store_warnings] if ctx.store_refusal else ctx.store_warnings,
             "redis": "ok" if redis_ok else "unreachable",
@@ -42,7 +46,7 @@ class HealthHandler(BaseHandler):
             "pid": os.getpid(),
             "journal": _journal(ctx),
         }
-        self.write_json(body, 503 if ctx.draining else 200)
+        self.write_json(body, 503 if ctx.draining or reason else 200)
 
 
 def _journal(ctx) -> dict:

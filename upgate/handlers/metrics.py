@@ -51,7 +51,8 @@ class Metrics:
                                        ["provider", "code"], registry=r)
         self.webhooks = Counter("upgate_webhook_deliveries_total", "Webhook delivery attempts by outcome: "
                                 "delivered (2xx), retried (failed, another attempt scheduled), failed "
-                                "(given up after the retry window)", ["outcome"], registry=r)
+                                "(given up after the retry window), overflow (moved to the failed list from a full "
+                                "outbox), dropped (lost: webhooks off, or the failed list full)", ["outcome"], registry=r)
         self.cooldowns = Counter("upgate_cooldowns_total", "Models turned cold", ["model"], registry=r)
         self.payments = Counter("upgate_payments_total", "Payment verifications and their outcomes, per "
                                 "gateway: paid (credited now), already_paid, not_paid, amount_mismatch, "

@@ -50,6 +50,7 @@ _HEADER_LINES = re.compile("(?>" + _LINE.replace("(", "(?:").replace("(?:?:", "(
 _BAD_REQUEST = b"HTTP/1.1 400 Bad Request\r\n\r\n"
 _TOO_LARGE = b"HTTP/1.1 431 Request Header Fields Too Large\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"
 MAX_HEADER_LINES = 100  # header lines of one request (as nginx and most servers bound them)
+MAX_COOKIE_BYTES = 8 * 1024  # the Cookie header (nginx's default line buffer; a console's are < 1 KB)
 _LINGER_S = 2.0  # after a 431, how long the rest of the client's request is read and dropped
 _BUFFERED_MAX = 1 << 20  # bytes waiting in the buffer before reading pauses
 _BACKLOG = 1024
@@ -352,6 +353,9 @@ class Connection(asyncio.Protocol):
         eol = text.find("\n")
         start_line = httputil.parse_request_start_line(text[:eol].rstrip("\r"))
         headers = parse_headers(text[eol + 1:])
+        if "Cookie" in headers and len(headers["Cookie"]) > MAX_COOKIE_BYTES:
+            self.too_large()  # before any handler parses it (thousands of pairs: tens of ms)
+            return False
         req = self.request = Request(self, start_line, headers)
         delegate = req.delegate = self.server.delegate.start_request(self, req)
         req.state = WAITING

@@ -10,10 +10,12 @@ path client keys take (`upgate.services.auth`), with the same generation guard a
 was in flight while the event arrived.
 
 Throttle: a token bucket per source address, `BURST` failed authentications, refilled one
-every `REFILL_S` seconds. An empty bucket answers 429 `admin_auth_throttled` (Retry-After:
-until one failure is allowed again) before the token is even looked up, so a guesser learns
-nothing. The address is upgate/http/client_address.py's: the TCP peer, or the client a trusted
-proxy names.
+every `REFILL_S` seconds. It throttles failures, not owners (`wait_before`): with the bucket
+empty, a token this node knows to be live (its cache, or the set of live token HMACs, reloaded
+only when a token is created or revoked, or after `TTL_S`) is still looked up and let in, so
+nobody behind the same NAT or PaaS router can lock an operator out; any other token gets 429
+`admin_auth_throttled` (Retry-After: until one failure is allowed again) without a lookup.
+The address is upgate/http/client_address.py's: the TCP peer, or the client a trusted proxy names.
 """
 from __future__ import annotations
 
@@ -40,6 +42,8 @@ class AdminNode:
         self._tokens: dict[str, tuple[AdminToken, float]] = {}
         self._generation = 0
         self._failures: dict[str, tuple[float, float]] = {}  # address → (allowance, at)
+        self._live: tuple[frozenset[str], int, float] | None = None  # (HMACs, generation, at)
+        self._live_loading: asyncio.Future | None = None
         self._address = ClientAddress(settings.trusted_proxies)
         self.cache: dict = {}  # short-lived answers of costly reads (the overview)
 
@@ -91,7 +95,38 @@ class AdminNode:
         self._generation += 1
         self._tokens.clear()
 
+    async def known(self, token: str) -> bool:
+        """Is `token` live, by its HMAC alone (no lookup per call)?"""
+        pepper = self.settings.key_pepper
+        if not admin_tokens.well_formed(token) or not pepper:
+            return False
+        h = admin_tokens.hash_of(token, pepper)
+        hit = self._tokens.get(h)
+        if hit is not None and time.monotonic() - hit[1] < TTL_S:
+            return True
+        live = self._live
+        if live is None or live[1] != self._generation or time.monotonic() - live[2] >= TTL_S:
+            if self._live_loading is None:  # one load at a time, however many requests wait
+                self._live_loading = asyncio.ensure_future(self._load_live())
+            await asyncio.shield(self._live_loading)
+        return h in self._live[0]
+
+    async def _load_live(self) -> None:
+        try:
+            generation = self._generation  # an event during the load makes it stale at once
+            self._live = (await self.call(admin_tokens.live_hashes), generation, time.monotonic())
+        finally:
+            self._live_loading = None
+
     # ---- the throttle ----
+
+    async def wait_before(self, address: str, token: str) -> int:
+        """Seconds `address` must wait before `token` is looked up (0: look it up now). A live
+        token is never kept waiting by the failures of others at its address."""
+        wait = self.throttled(address)
+        if wait and await self.known(token):
+            return 0
+        return wait
 
     def address(self, request) -> str:
         return self._address(request)

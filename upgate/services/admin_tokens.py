@@ -14,7 +14,8 @@ Records (all under the hash tag ``{admin}``, so they share one cluster slot; see
   (written at most once a minute per node: see `upgate.handlers.admin.auth`).
 
 Revocation deletes both entries and publishes ``{"t": "admin_token", "hash": <hmac>}`` on
-``keyspace.CHANNEL``: every node drops its cached entry at once, as for client keys.
+``keyspace.CHANNEL``: every node drops its cached entry at once, as for client keys. Creation
+publishes the same event, so nodes reload their set of live HMACs (`live_hashes`).
 
 Sync clients only (``redis.Redis`` / ``redis.RedisCluster``), like accounts.py and keys.py.
 """
@@ -104,6 +105,8 @@ def create(client, pepper: str, name: str, read_only: bool = False) -> dict:
         raise TokenNameTaken(f"an admin token named {name!r} exists (revoke it first)")
     record = {"name": name, "read_only": bool(read_only), "created_at": int(time.time())}
     client.hset(keyspace.ADMIN_TOKENS, h, orjson.dumps(record))
+    # nodes reload their set of live HMACs (`live_hashes`): a throttled address gets in with it
+    client.publish(keyspace.CHANNEL, orjson.dumps({"t": "admin_token", "hash": h}))
     return {"name": name, "token": token, "read_only": bool(read_only)}
 
 
@@ -154,6 +157,12 @@ def verify(client, pepper: str, token, *, touch: bool = True) -> AdminToken | No
     if touch:
         client.hset(keyspace.ADMIN_TOKEN_USED, rec["name"], int(time.time()))
     return AdminToken(name=rec["name"], read_only=bool(rec.get("read_only")))
+
+
+def live_hashes(client) -> frozenset[str]:
+    """The HMAC of every live token (a few dozen at most): what a node checks a token against
+    while its address is throttled, without a lookup per attempt."""
+    return frozenset(store.text(h) for h in client.hkeys(keyspace.ADMIN_TOKENS))
 
 
 def hash_of(token: str, pepper: str) -> str:

@@ -17,11 +17,8 @@ refused (`InvalidMonth`).
 """
 from __future__ import annotations
 
-import csv
-import io
-
 from upgate.billing import jalali, money
-from upgate.services import transactions
+from upgate.services import csv_safe, transactions
 from upgate.store import connection as store, keyspace
 from upgate.services.account_rules import (  # noqa: F401  (check_month is part of this module's API)
     MONTH, InvalidMonth, UnknownAccount, check_month, normalize_id)
@@ -122,12 +119,7 @@ def to_csv(st: dict) -> str:
     rows += [m[2] for m in sorted(moves, key=lambda m: (m[0], m[1]))]
     rows.append({"kind": "closing_balance", "amount_toman": st["closing_balance_toman"],
                  "requests": st["requests"]})
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=list(CSV_FIELDS), lineterminator="\n")
-    w.writeheader()
-    for row in rows:
-        w.writerow(row)
-    return buf.getvalue()
+    return csv_safe.write(CSV_FIELDS, rows)
 
 
 def _iso_ts(iso: str) -> float:

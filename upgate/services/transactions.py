@@ -16,6 +16,7 @@ failover; repeating the call with the same ref is safe and waits again).
 from __future__ import annotations
 
 import secrets
+import unicodedata
 
 import orjson
 import redis
@@ -74,10 +75,19 @@ class NotDurable(Exception):
 
 # ---- pure helpers -----------------------------------------------------------------------------
 
+def normalize_ref(ref):
+    """The one form a ref is stored and compared in (docs/money.md): surrounding whitespace
+    stripped and Unicode NFC, so "r ", " r" and the NFD spelling of a ref are that ref, on
+    every face (CLI, API and its Idempotency-Key header, console). Anything not text is
+    returned as it is, for check_ref to refuse."""
+    return unicodedata.normalize("NFC", ref).strip() if isinstance(ref, str) else ref
+
+
 def check_ref(ref) -> str | None:
-    """None, or the ref unchanged if it is 1 to MAX_REF printable characters; else `InvalidRef`."""
+    """None, or the normalized ref if it is 1 to MAX_REF printable characters; else `InvalidRef`."""
     if ref is None:
         return None
+    ref = normalize_ref(ref)
     if not isinstance(ref, str) or not ref or len(ref) > MAX_REF or not ref.isprintable():
         shown = ref if isinstance(ref, str) and len(ref) <= 40 else f"{str(ref)[:40]}…"
         raise InvalidRef(f"ref must be 1 to {MAX_REF} printable characters (no control "

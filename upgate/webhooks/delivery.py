@@ -31,12 +31,11 @@ from upgate.billing import jalali
 from upgate.store import connection as store, keyspace
 from upgate.store.background import stop_if_cancelled
 from upgate.webhooks import events
-from upgate.webhooks.outbox import Outbox
+from upgate.webhooks.outbox import FAILED_MAX, Outbox
 
 log = logging.getLogger("upgate")
 
 SLOTS = 32  # attempts in flight per node
-FAILED_MAX = 1000  # failed deliveries kept for the operator
 GONE_MS = 86_400_000  # a consumer with nothing pending, silent this long, is a node long gone
 _KEYS = (keyspace.WEBHOOK_STREAM, keyspace.WEBHOOK_RETRY, keyspace.WEBHOOK_ATTEMPTS)
 USER_AGENT = f"upgate-webhooks/{__version__}"
@@ -80,7 +79,7 @@ class Delivery:
         self.consumer = consumer or f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
         self.claim_ms = int(settings.webhook_claim_s * 1000)
         self.outbox = Outbox(client, check_ms=self.claim_ms, poll_ms=int(settings.webhook_poll_s * 1000),
-                             clock=clock)
+                             clock=clock, count=self._count)
         self.http = None
         self.inflight: set[asyncio.Task] = set()
         self._loops: list[asyncio.Task] = []
@@ -231,14 +230,18 @@ class Delivery:
             return
         why = f"HTTP {status}" if status is not None else error
         if now - info["first"] >= self.s.webhook_retry_s:
-            record = orjson.dumps({"event": orjson.loads(body), "attempts": info["n"],
+            record = orjson.dumps({"event": orjson.loads(body), "reason": "expired", "attempts": info["n"],
                                    "first_attempt_at": jalali.utc_iso(info["first"]),
                                    "last_attempt_at": jalali.utc_iso(now),
                                    "last_status": status, "last_error": error})
-            await self._finish(self.client, [*_KEYS, keyspace.WEBHOOK_FAILED],
-                               (keyspace.WEBHOOK_GROUP, entry, record, FAILED_MAX))
+            _, lost = await self._finish(self.client, [*_KEYS, keyspace.WEBHOOK_FAILED],
+                                         (keyspace.WEBHOOK_GROUP, entry, record, FAILED_MAX))
             await self.outbox.done(account_id, event_id)
             self._count("failed")
+            if int(lost):  # the failed list's cap pushed its oldest out: said, never silent
+                log.warning("webhooks: the failed list is full (%d kept): its %d oldest entries were dropped",
+                            FAILED_MAX, int(lost))
+                self._count("dropped", int(lost))
             log.warning("webhooks: gave up event %s (account %s) after %d attempts (%s)",
                         event_id, account_id, info["n"], why)
             return
@@ -248,9 +251,9 @@ class Delivery:
         self._count("retried")
         log.info("webhooks: event %s attempt %d failed (%s); next in %.1f s", event_id, info["n"], why, delay)
 
-    def _count(self, outcome: str) -> None:
+    def _count(self, outcome: str, n: int = 1) -> None:
         if self.metrics is not None:
-            self.metrics.webhooks.labels(outcome).inc()
+            self.metrics.webhooks.labels(outcome).inc(n)
 
 
 def _streams(reply):

@@ -34,11 +34,14 @@ class UnknownEvent(WebhookError):
 
 
 def list_failed(client, limit: int = 100) -> list[dict]:
-    """Deliveries given up after the retry window, newest first: {"event" (the body that was
-    sent), "attempts", "first_attempt_at", "last_attempt_at", "last_status", "last_error"}."""
+    """Deliveries given up, newest first: {"event" (the body that was sent), "reason"
+    (`expired`: the retry window ran out; `overflow`: moved from a full outbox), "attempts", "first_attempt_at", "last_attempt_at", "last_status", "last_error"}."""
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:
         raise InvalidLimit(f"limit must be a whole number from 1 to {MAX_LIMIT}, got {limit!r}")
-    return [orjson.loads(raw) for raw in client.lrange(keyspace.WEBHOOK_FAILED, 0, limit - 1)]
+    out = [orjson.loads(raw) for raw in client.lrange(keyspace.WEBHOOK_FAILED, 0, limit - 1)]
+    for entry in out:  # given up before reasons were recorded: the retry window ran out
+        entry.setdefault("reason", "expired")
+    return out
 
 
 def resend(client, event_id: str | None = None) -> list[str]:

@@ -92,14 +92,58 @@ def test_a_token_revoked_by_the_cli_is_refused_on_a_second_node_at_once(api, mak
 
 
 def test_failed_authentications_are_throttled_per_address(api, node):
+    bad = "upa_" + "y" * 40
     for _ in range(10):
-        assert_error(api.get("/accounts", token="upa_" + "y" * 40), 401, "invalid_admin_token")
-    resp = api.get("/accounts")  # even the right token: the address is throttled
+        assert_error(api.get("/accounts", token=bad), 401, "invalid_admin_token")
+    resp = api.get("/accounts", token=bad)
     assert_error(resp, 429, "admin_auth_throttled")
     assert 1 <= int(resp.headers["Retry-After"]) <= 7
     # X-Forwarded-For is not believed without UPGATE_TRUSTED_PROXIES: still throttled
-    assert api.get("/accounts", headers={"X-Forwarded-For": "203.0.113.9"}).status_code == 429
+    assert api.get("/accounts", token=bad, headers={"X-Forwarded-For": "203.0.113.9"}).status_code == 429
+    assert api.get("/accounts", token=None).status_code == 429
     assert httpx.get(api.base + "/openapi.json").status_code == 200  # no token, no throttle
+
+
+def test_the_throttle_never_refuses_a_live_token(api, node, redis_url):
+    """Failures are throttled, not owners: one bad token every 6 s from the same NAT used to
+    lock every operator behind it out. Unknown tokens stay throttled, without a lookup."""
+    unused = make_token(redis_url, "unused")  # live, never seen by the node (not in its cache)
+    for _ in range(11):
+        api.get("/accounts", token="upa_" + "y" * 40)
+    assert_error(api.get("/accounts", token="upa_" + "q" * 40), 429, "admin_auth_throttled")
+    assert api.get("/accounts").status_code == 200
+    assert api.get("/accounts", token=unused).status_code == 200
+    fresh = make_token(redis_url, "fresh")  # created while the address is throttled
+    wait_for(lambda: api.get("/accounts", token=fresh).status_code == 200, 2, "the new token")
+    res = CliRunner().invoke(cli, ["admin-token", "revoke", "unused", "--json"],
+                             env={"UPGATE_REDIS_URL": redis_url, "UPGATE_KEY_PEPPER": PEPPER})
+    assert res.exit_code == 0, res.stderr
+    wait_for(lambda: api.get("/accounts", token=unused).status_code == 429, 2, "the revocation")
+    assert api.get("/accounts").status_code == 200  # the owner still gets in
+
+
+def test_every_answer_says_no_store(api, node, redis_url):
+    """docs/admin-api.md promised Cache-Control: no-store; no answer carried it."""
+    acct = api.account()
+    reader = make_token(redis_url, "reader", read_only=True)
+    answers = [
+        api.get("/accounts"), api.get(f"/accounts/{acct['id']}"),
+        api.post("/accounts", json={"phone": "09120000009"}),
+        api.get("/accounts", token=None),  # 401
+        api.post("/accounts", token=reader, json={"phone": "09120000008"}),  # 403
+        api.get("/accounts/00000000-0000-0000-0000-000000000000"),  # 404
+        api.get("/no-such-route"), api.post("/no-such-route", content=b"x" * 100_000),  # 404
+        api.delete("/accounts"),  # 405
+        api.post("/accounts", content=b"{nope"),  # 400
+        api.post("/accounts", content=b"x" * (21 << 20)),  # 413
+        httpx.get(api.base + "/openapi.json"),
+    ]
+    for _ in range(11):
+        answers.append(api.get("/accounts", token="upa_" + "w" * 40))  # 401 …, then 429
+    seen = {r.status_code for r in answers}
+    assert seen == {200, 201, 400, 401, 403, 404, 405, 413, 429}, seen
+    for r in answers:
+        assert r.headers.get("Cache-Control") == "no-store", (r.status_code, r.request.url)
 
 
 def test_forwarded_address_counts_behind_a_trusted_proxy(make_node, redis_url):
@@ -107,10 +151,11 @@ def test_forwarded_address_counts_behind_a_trusted_proxy(make_node, redis_url):
     api = Admin(node, make_token(redis_url))
     for _ in range(10):
         api.get("/accounts", token="upa_" + "z" * 40, headers={"X-Forwarded-For": "198.51.100.7"})
-    throttled = api.get("/accounts", headers={"X-Forwarded-For": "198.51.100.7"})
+    bad = "upa_" + "z" * 40
+    throttled = api.get("/accounts", token=bad, headers={"X-Forwarded-For": "198.51.100.7"})
     assert_error(throttled, 429, "admin_auth_throttled")
-    assert api.get("/accounts", headers={"X-Forwarded-For": "198.51.100.8"}).status_code == 200
-    assert api.get("/accounts").status_code == 200  # the proxy itself is not throttled
+    assert api.get("/accounts", token=bad, headers={"X-Forwarded-For": "198.51.100.8"}).status_code == 401
+    assert api.get("/accounts", token=bad).status_code == 401  # the proxy itself is not throttled
 
 
 # ---- accounts ---------------------------------------------------------------------------------

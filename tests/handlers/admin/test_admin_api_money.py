@@ -141,3 +141,35 @@ def test_overview_does_not_count_a_migrated_balance_as_a_topup(api, redis_url):
     assert audit.run(store.connect_sync(redis_url))["mismatches"] == []  # migrates it
     api.post(f"/accounts/{acct}/topups", json={"amount_toman": "5"})
     assert api.get("/overview").json()["totals"]["topups_toman"] == "5.000000"
+
+
+def test_a_ref_is_normalized_once_body_and_idempotency_key_alike(api):
+    """"r ", " r" and the NFD spelling of a ref are that ref, in the body and in the
+    Idempotency-Key header (sent as UTF-8 bytes): replays, one credit."""
+    nfc, nfd = "pay-\u00e9t\u00e9", "pay-e\u0301te\u0301"
+    acct = api.account(balance="0")["id"]
+    first = api.post(f"/accounts/{acct}/topups", json={"amount_toman": "700", "ref": nfc + " "})
+    assert first.status_code == 201, first.text
+    assert first.json()["transaction"]["ref"] == nfc
+    for kwargs in ({"json": {"amount_toman": "700", "ref": " " + nfd}},
+                   {"json": {"amount_toman": "700"}, "headers": {"Idempotency-Key": nfd.encode()}},
+                   {"json": {"amount_toman": "700", "ref": nfc + " "},
+                    "headers": {"Idempotency-Key": nfd.encode()}}):
+        again = api.post(f"/accounts/{acct}/topups", **kwargs)
+        assert again.status_code == 200 and again.json()["replayed"] is True, (kwargs, again.text)
+        assert again.json()["transaction"] == first.json()["transaction"]
+    assert api.get(f"/accounts/{acct}").json()["balance_toman"] == "700.000000"
+    assert [t["kind"] for t in api.get(f"/accounts/{acct}/transactions").json()["data"]] == ["topup", "opening"]
+
+
+def test_statement_csv_neutralises_cells_a_spreadsheet_would_run(api):
+    acct = api.account(balance="100")["id"]
+    assert api.post(f"/accounts/{acct}/topups", json={"amount_toman": "50", "ref": "=1+2",
+                                                      "note": "@SUM(A1)"}).status_code == 201
+    assert api.post(f"/accounts/{acct}/adjustments", json={"amount_toman": "-7", "ref": "-3",
+                                                           "note": "+calc"}).status_code == 201
+    resp = api.get(f"/accounts/{acct}/statement", params={"format": "csv"})
+    rows = {r["kind"]: r for r in csv.DictReader(io.StringIO(resp.text))}
+    assert (rows["topup"]["ref"], rows["topup"]["note"]) == ("'=1+2", "'@SUM(A1)")
+    assert (rows["adjustment"]["ref"], rows["adjustment"]["note"]) == ("'-3", "'+calc")
+    assert rows["adjustment"]["amount_toman"] == "-7.000000"

@@ -3,6 +3,7 @@ HANDLERS. `routes(d)` is the block app.py mounts; `openapi()` documents the same
 from __future__ import annotations
 
 from upgate.handlers.admin import accounts, keys, meta, models, money, payments, reports, webhooks
+from upgate.handlers.admin.base import AdminNotFoundHandler
 from upgate.handlers.admin.spec import document, tornado_pattern
 
 HANDLERS = [*accounts.HANDLERS, *keys.HANDLERS, *money.HANDLERS, *reports.HANDLERS,
@@ -10,7 +11,7 @@ HANDLERS = [*accounts.HANDLERS, *keys.HANDLERS, *money.HANDLERS, *reports.HANDLE
 
 
 def routes(d: dict) -> list[tuple]:
-    return [(tornado_pattern(h.PATH), h, d) for h in HANDLERS]
+    return [*((tornado_pattern(h.PATH), h, d) for h in HANDLERS), (r"/admin/v1/.*", AdminNotFoundHandler, d)]
 
 
 def openapi(handlers=HANDLERS) -> dict:

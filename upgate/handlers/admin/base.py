@@ -2,9 +2,11 @@
 mapped to the one error catalogue, JSON bodies, and the admin log of every write.
 
 A handler subclass declares ``PATH`` and ``OPS`` (see spec.py) and writes its verbs as
-parse → ``await self.call(service_fn, ...)`` → ``self.write_json(...)``. Every verb in OPS
-is wrapped (``__init_subclass__``) so that, before it runs, the token is checked, and after it,
-a write is recorded; a service refusal (a ValueError) becomes 400/404/409 here and only here.
+parse → ``await self.call(service_fn, ...)`` → ``self.write_json(...)``. The token is checked
+in prepare(), before any of the body is read (upgate/handlers/guard.py): a request without a
+valid one may send 64 KB, one with it the body limit (20 MB, a catalog). Every verb in OPS is
+wrapped (``__init_subclass__``) so that, after it runs, a write is recorded; a service refusal
+(a ValueError) becomes 400/404/409 here and only here.
 """
 from __future__ import annotations
 
@@ -17,7 +19,8 @@ import orjson
 from upgate.services import accounts, admin_log, keys, records, transactions
 from upgate.errors import GatewayError
 from upgate.handlers.admin.spec import READ_VERBS, Op
-from upgate.handlers.base import BaseHandler
+from upgate.handlers.base import BaseHandler, NotFoundHandler
+from upgate.handlers.guard import UNAUTHENTICATED_BODY_MAX
 from upgate.payments import orders
 from upgate.webhooks import service as webhook_service
 
@@ -62,8 +65,6 @@ def _authorized(verb: str, fn):
     @functools.wraps(fn)
     async def run(self, *args):
         op: Op = self.OPS[verb]
-        if op.auth:
-            await self.authorize(verb)
         try:
             await fn(self, *args)
         except GatewayError:
@@ -76,7 +77,21 @@ def _authorized(verb: str, fn):
     return run
 
 
-class AdminHandler(BaseHandler):
+class NoStore:
+    """Every /admin/v1 answer, errors included (BaseHandler.clear runs this hook again before
+    an error): no cache, proxy or browser keeps balances, keys or statements."""
+
+    def set_default_headers(self) -> None:
+        self.set_header("Cache-Control", "no-store")
+
+
+class AdminNotFoundHandler(NoStore, NotFoundHandler):
+    """An unknown route under /admin/v1: 404 in this API's shape."""
+
+    NAMES_PARAM = True
+
+
+class AdminHandler(NoStore, BaseHandler):
     keep_body = True
     NAMES_PARAM = True
     PATH = ""
@@ -96,17 +111,24 @@ class AdminHandler(BaseHandler):
     def route_label(self) -> str:  # the metrics' and access log's route: the template, not the ids
         return self.PATH
 
-    def set_default_headers(self) -> None:
-        self.set_header("Cache-Control", "no-store")
+    async def authenticate(self) -> None:
+        verb = self.request.method.lower()
+        op = self.OPS.get(verb)
+        if op is not None and op.auth:  # (a verb the route lacks: Tornado's 405 follows)
+            await self.authorize(verb)
+
+    def body_limit(self) -> int:
+        return self.ctx.settings.max_body_bytes if self.token is not None else UNAUTHENTICATED_BODY_MAX
 
     async def authorize(self, verb: str) -> None:
         node = self.ctx.admin
         address = node.address(self.request)
-        wait = node.throttled(address)
+        scheme, _, token = (self.request.headers.get("Authorization") or "").strip().partition(" ")
+        token = token.strip() if scheme.lower() == "bearer" else ""
+        wait = await node.wait_before(address, token)
         if wait:
             raise GatewayError("admin_auth_throttled", retry_after=wait)
-        scheme, _, token = (self.request.headers.get("Authorization") or "").strip().partition(" ")
-        found = await node.verify(token.strip()) if scheme.lower() == "bearer" else None
+        found = await node.verify(token) if token else None
         if found is None:
             node.failed(address)
             raise GatewayError("invalid_admin_token")

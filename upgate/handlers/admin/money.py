@@ -45,9 +45,9 @@ class _Credit(AdminHandler):
             raise GatewayError("invalid_request", "amount_toman must be a decimal string like \"1500.00\", "
                                "never a JSON number.", param="amount_toman")
         ref_ = self.text(body, "ref", 128)
-        header = self.request.headers.get("Idempotency-Key")
+        header = _header_text(self.request.headers.get("Idempotency-Key"))
         if header is not None:
-            if ref_ is not None and ref_ != header:
+            if ref_ is not None and transactions.normalize_ref(ref_) != transactions.normalize_ref(header):
                 raise GatewayError("invalid_request", "Idempotency-Key and ref differ: give one, or the same.",
                                    param="ref")
             ref_ = header
@@ -59,6 +59,17 @@ class _Credit(AdminHandler):
         except transactions.NotDurable as e:  # applied, but no replica confirmed it: say so, 503
             raise GatewayError("service_unavailable", str(e)) from None
         self.write_json(result, 200 if result.get("replayed") else 201)
+
+
+def _header_text(value: str | None) -> str | None:
+    """A header as the client sent it: HTTP hands over bytes (tornado reads them as latin-1), a
+    ref is text, so UTF-8 bytes are read as UTF-8 and the ref is the one the body would carry."""
+    if value is None:
+        return None
+    try:
+        return value.encode("latin-1").decode("utf-8")
+    except UnicodeError:
+        return value
 
 
 _HEADERS = {"Idempotency-Key": {"type": "string", "maxLength": 128}}

@@ -11,7 +11,8 @@ from upgate.webhooks import service
 FAILED = obj({
     "event": obj({"id": {"type": "string"}, "type": {"type": "string"}, "created": {"type": "integer"},
                   "data": {"type": "object"}}),
-    "attempts": {"type": "integer"}, "first_attempt_at": TIME, "last_attempt_at": TIME,
+    "reason": {"type": "string", "enum": ["expired", "overflow"]},
+    "attempts": {"type": "integer"}, "first_attempt_at": nullable(TIME), "last_attempt_at": TIME,
     "last_status": nullable({"type": "integer"}), "last_error": nullable({"type": "string"})})
 
 
