@@ -244,24 +244,7 @@ class AdjustmentHandler(MoneyHandler):
 
 
 def _key_settings(arg, *, clearing: bool) -> dict:
-    """Form text → keys.create_key / update_key arguments through the service's own parsers.
-    Creating, a blank field is left out; updating, a blank field clears it (rpm stays)."""
-    parsers = {"monthly_limit_toman": ("monthly_limit_micro",
-                                       lambda t: accounts.parse_amount(t, what="monthly_limit_toman")),
-               "allowed_models": ("allowed_models", keys.parse_models),
-               "expires_at": ("expires_at_ms", keys.parse_expires)}
-    out: dict = {}
-    name = arg("name")
-    if name or clearing:
-        out["name"] = name or None
-    if arg("rate_limit_rpm"):
-        out["rpm"] = keys.parse_rpm(arg("rate_limit_rpm"))
-    for field, (kwarg, parse) in parsers.items():
-        if arg(field):
-            out[kwarg] = parse(arg(field))
-        elif clearing:
-            out[kwarg] = None
-    return out
+    return keys.form_settings(arg, clearing=clearing)  # the dashboard's key forms use it too
 
 
 class KeyCreateHandler(WriteHandler):

@@ -72,11 +72,24 @@ class Formatter:
     def iso(self, value) -> str:
         return dates.iso(value)
 
+    def iso_date(self, value) -> str:
+        """The UTC date of a moment, "2027-03-20" (a date field's value)."""
+        return dates.iso(value)[:10]
+
+    def plain(self, micro: int | None) -> str:
+        """Micro-toman as a form field's plain value ("1500", "0.25"): ASCII digits, no separators."""
+        return numbers.plain_toman(micro)
+
     def month(self, month: str) -> str:
         return dates.month_name(month, self.lang)
 
     def day(self, day: str) -> str:
+        """A day key "1405-09-02" → "09/02" (a chart's axis)."""
         return dates.day_label(day, self.lang)
+
+    def when_day(self, day: str) -> str:
+        """A day key "1405-09-02" → "1405/09/02"."""
+        return numbers.localize(day.replace("-", "/"), self.lang)
 
 
 __all__ = ["FA", "EN", "LANGS", "DEFAULT", "locale", "choose", "Formatter", "numbers", "dates"]

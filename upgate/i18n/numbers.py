@@ -67,3 +67,10 @@ def micro_toman(value: int | None, lang: str = "en") -> str:
 def count(n, lang: str = "en") -> str:
     """A whole count with separators ("12,345"; "۱۲٬۳۴۵" in fa)."""
     return DASH if n is None else localize(f"{int(n):,}", lang)
+
+
+def plain_toman(micro: int | None) -> str:
+    """Integer micro-toman → plain decimal text for a form field ("1500", "0.25"); None → ""."""
+    if micro is None:
+        return ""
+    return format(money.to_decimal(micro).normalize(), "f")

@@ -18,6 +18,11 @@ _DIGITS = re.compile(r"[0-9]+")
 E164 = re.compile(r"^\+[1-9][0-9]{7,14}$")
 
 
+def ascii_digits(text: str) -> str:
+    """Persian (۰–۹) and Arabic-Indic (٠–٩) digits → ASCII; everything else unchanged."""
+    return text.translate(_TO_ASCII)
+
+
 class PhoneError(ValueError):
     """Not a phone number in any spelling `canonical` accepts."""
 
