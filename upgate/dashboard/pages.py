@@ -77,7 +77,15 @@ class KeysHandler(Page):
         typed = {k: self.get_body_argument(k, "") for k in self.request.body_arguments} if form else {}
         self.set_status(status)
         self.render("keys.html", keys=listed, message=message, form=form, target=target, typed=typed,
-                    new_key=new_key, base_url=self.base_url())
+                    new_key=new_key, base_url=self.base_url(), model=self.example_model(new_key, listed))
+
+    def example_model(self, new_key: dict | None, listed: list[dict]) -> str:
+        """A model the new key may call, for its ready curl and Python lines."""
+        mine = next((k for k in listed if new_key and k["key_id"] == new_key["key_id"]), None)
+        if mine and mine["allowed_models"]:
+            return mine["allowed_models"][0]
+        visible = sorted(m.id for m in self.ctx.catalog.visible())
+        return next((m for m in visible if not m.endswith(":free")), visible[0] if visible else "MODEL")
 
     def base_url(self) -> str:
         """The /v1 address the customer's code should call: UPGATE_PUBLIC_URL, else this host."""
