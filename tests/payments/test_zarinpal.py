@@ -184,3 +184,12 @@ def test_a_refused_request_fails_the_order(redis_url, client, zarinpal):
         service.start(client, s, acct, "20000")
     [o] = orders.list_orders(client, account_id=acct)["data"]
     assert o["status"] == "failed" and o["authority"] is None
+
+
+def test_a_down_gateway_ends_the_pass_early(client, s, zarinpal):
+    acct = new_account(client)
+    for _ in range(5):
+        _start(client, s, acct)
+    zarinpal.down = True
+    assert service.reconcile(client, s) == {"unavailable": service.SILENT_STOP}
+    assert all(o["status"] == "pending" for o in orders.list_orders(client, account_id=acct)["data"])

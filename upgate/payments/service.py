@@ -25,6 +25,7 @@ from upgate.store import connection as store, keyspace
 log = logging.getLogger("upgate")
 
 ACTOR = "payment"
+SILENT_STOP = 3  # a reconciliation pass stops after this many unanswered gateway calls in a row
 CALLBACK_PATH = "/dashboard/topup/callback"
 
 
@@ -155,12 +156,16 @@ def callback(client, settings, args: dict[str, str], account_id: str | None = No
 def reconcile(client, settings, *, now_ms: int | None = None, limit: int = 1000) -> dict:
     """One pass over the open orders (oldest first): verify each again, credit the paid, expire
     those unpaid after UPGATE_PAYMENTS_EXPIRE_S. A gateway that does not answer leaves its
-    orders open. Returns the count of each outcome (and `expired`)."""
+    orders open, and after SILENT_STOP silences in a row the pass ends (the next one tries
+    again) rather than wait out a timeout per order. Returns the count of each outcome (and `expired`)."""
     now_ms = now_ms if now_ms is not None else int(time.time() * 1000)
     expire_ms = int(settings.payments_expire_s * 1000)
     counts: dict[str, int] = {}
+    silent = 0  # gateway calls in a row that got no answer: a gateway that is down ends the pass
     _unknown_paid(client, settings)
     for acct, order_id in orders.open_orders(client, limit):
+        if silent >= SILENT_STOP:
+            break
         try:
             order = orders.get(client, order_id)
         except orders.UnknownOrder:
@@ -171,6 +176,7 @@ def reconcile(client, settings, *, now_ms: int | None = None, limit: int = 1000)
             continue
         done = verify(client, settings, order)
         counts[done.outcome] = counts.get(done.outcome, 0) + 1
+        silent = silent + 1 if done.outcome == "unavailable" else 0
         if done.outcome in ("paid", "already_paid", "unavailable", "off"):
             continue  # credited and closed, or nothing known: asked again next pass
         if now_ms - order["_created_ms"] >= expire_ms:
