@@ -117,19 +117,21 @@ def test_xsrf_on_every_form(node, sms, two):
 
 
 def test_credential_and_size_before_the_body(node, sms, two):
+    """upgate/handlers/guard.py's rule: the session first, then the declared size, and only then
+    any of the body."""
     big = "x" * (64 * 1024)
-    r = httpx.post(node.url + "/dashboard/keys", content=big, follow_redirects=False,
-                   headers={"Content-Type": "application/x-www-form-urlencoded"})
-    assert r.status_code == 413  # declared too large: refused before anything else
-    r = httpx.post(node.url + "/dashboard/keys", data={"name": "x"}, follow_redirects=False)
-    assert r.status_code == 303  # no session: sent to sign in, the form never read
+    form = {"Content-Type": "application/x-www-form-urlencoded"}
+    r = httpx.post(node.url + "/dashboard/keys", content=big, follow_redirects=False, headers=form)
+    assert r.status_code == 303  # no session: sent to sign in, the body never read
     c = signed_in(node, sms, A)
+    assert c.post("/dashboard/keys", content=big, headers=form).status_code == 413  # declared too large
 
     def chunks():
         for _ in range(64):
             yield b"name=" + b"x" * 1024 + b"&"
-    r = c.post("/dashboard/keys", content=chunks(), headers={"Content-Type": "application/x-www-form-urlencoded"})
+    r = c.post("/dashboard/keys", content=chunks(), headers=form)
     assert r.status_code == 413  # no Content-Length (chunked): counted as it arrives
+    assert len(keys.list_keys(store.connect_sync(node.settings.redis_url), two[0][1])) == 1
 
 
 def test_session_ends_on_every_node_at_sign_out(make_node, sms, two):
@@ -208,3 +210,22 @@ def test_topup_url_is_the_dashboards_top_up_page_unless_the_operator_set_one():
     env = {"UPGATE_PUBLIC_URL": "https://api.example.ir/", "UPGATE_KEY_PEPPER": "p"}
     assert from_env(env).topup_url == "https://api.example.ir/dashboard/topup"
     assert from_env({**env, "UPGATE_TOPUP_URL": "https://pay.example.ir"}).topup_url == "https://pay.example.ir"
+
+
+def test_throttles_per_phone_and_per_address(make_node, sms, two):
+    node = make_node(trusted_proxies="127.0.0.1")  # the address is X-Forwarded-For's, as behind a router
+    c = httpx.Client(base_url=node.url, follow_redirects=False, timeout=30)
+
+    def ask(phone: str, address: str) -> httpx.Response:
+        form = c.get("/dashboard/login")
+        return c.post("/dashboard/login", data={"phone": phone, "_xsrf": xsrf(form.text)},
+                      headers={"X-Forwarded-For": address})
+
+    assert ask(A, "198.51.100.1").status_code == 200
+    again = ask(A, "198.51.100.2")  # the same phone from elsewhere, within the minute
+    assert again.status_code == 429 and 'name="code"' not in again.text
+    for i in range(19):  # the first address's other 19 asks (unknown phones: answered alike)
+        assert ask(f"+98935200{i:04d}", "198.51.100.1").status_code == 200, i
+    refused = ask("+989352009999", "198.51.100.1")
+    assert refused.status_code == 429 and 'name="code"' not in refused.text
+    assert ask("+989352009999", "198.51.100.3").status_code == 200  # another address may

@@ -1,11 +1,11 @@
 """The dashboard's base handler: language, session, body limit, XSRF, HTML errors, headers.
 
-Order of checks on every request, before a byte of the body is read (the handler streams
-its body): the declared size (413 above BODY_MAX), then the credential (the session cookie;
-none → 303 to /dashboard/login). Only then is the body taken in, counted chunk by chunk
-against the same limit, parsed as a form, and its ``_xsrf`` field checked (403) before the
-handler's ``submit`` runs: a POST handler implements ``submit``, never ``post``, so no form
-can skip the check. XSRF is checked here rather than by the application-wide setting, which
+Checks before a byte of the body is read: the gateway's one rule for every face
+(upgate/handlers/guard.py, `BodyGuard`): the credential first (the session cookie; none → 303
+to /dashboard/login), then the declared size (413 above BODY_MAX). Only then is the body taken
+in, counted chunk by chunk against the same limit, parsed as a form, and its ``_xsrf`` field
+checked (403) before the handler's ``submit`` runs: a POST handler implements ``submit``,
+never ``post``, so no form can skip the check. XSRF is checked here rather than by the application-wide setting, which
 would also demand it on the Bearer-token APIs.
 
 Cookies: ``upgate_dash`` (the session; services/dash_sessions.py) and ``upgate_lang`` (the
@@ -28,6 +28,7 @@ import tornado.web
 
 from upgate import i18n
 from upgate.handlers.base import new_request_id
+from upgate.handlers.guard import BodyGuard
 from upgate.services import accounts, dash_sessions
 
 log = logging.getLogger("upgate.dashboard")
@@ -51,10 +52,10 @@ class Refused(tornado.web.HTTPError):
         self.message = message
 
 
-@tornado.web.stream_request_body
-class DashboardHandler(tornado.web.RequestHandler):
+class DashboardHandler(BodyGuard, tornado.web.RequestHandler):
     public = False  # True: reachable without a session (sign-in pages)
     writes = False  # True: a form that changes something (refused to suspended accounts)
+    keep_body = True  # the form, at most BODY_MAX
     nav: str | None = None  # the menu entry of this page
 
     def initialize(self, ctx) -> None:
@@ -64,7 +65,6 @@ class DashboardHandler(tornado.web.RequestHandler):
         self.session: dict | None = None
         self.account: dict | None = None  # accounts.show of the signed-in account
         self.lang = i18n.DEFAULT
-        self._body: bytearray | None = bytearray()
 
     @property
     def route_label(self) -> str:
@@ -81,8 +81,11 @@ class DashboardHandler(tornado.web.RequestHandler):
             hook(self)
 
     async def call(self, fn, *args, **kwargs):
-        """A sync service function on the node's service pool (never on the event loop)."""
-        return await self.ctx.admin.call(fn, *args, **kwargs)
+        """A sync service function on the node's pools (never on the event loop): a page's
+        reads on the read pool, a form's work on the write pool."""
+        node = self.ctx.admin
+        run = node.read if self.request.method in ("GET", "HEAD") else node.call
+        return await run(fn, *args, **kwargs)
 
     # ---- language ----------------------------------------------------------------------------
     def get_user_locale(self):
@@ -163,47 +166,41 @@ class DashboardHandler(tornado.web.RequestHandler):
     def end_session(self) -> None:
         self.clear_cookie(dash_sessions.COOKIE, path=PREFIX)
 
-    # ---- the checks before the body ----------------------------------------------------------
+    # ---- the checks before the body (BodyGuard's hooks) ----------------------------------------
     async def prepare(self) -> None:
-        self._choose_language()
-        length = self.request.headers.get("Content-Length")
-        if length is not None and not (length.isascii() and length.isdigit()):
-            raise tornado.web.HTTPError(400)
-        if length is not None and int(length) > BODY_MAX:
-            raise tornado.web.HTTPError(413)
-        if not self.public:
-            self.session = await self.call(dash_sessions.current, self.session_id())
-            if self.session is not None:
-                try:
-                    self.account = await self.call(accounts.show, self.session["account_id"])
-                except accounts.UnknownAccount:  # deleted behind the session's back
-                    self.session = None
-            if self.session is None:
-                if self.session_id():
-                    self.end_session()
-                target = self.request.uri if self.request.method == "GET" else PREFIX + "/"
-                self.redirect(PREFIX + "/login?" + urllib.parse.urlencode({"next": target}), status=303)
-                return
-        ready = getattr(self.request.connection, "ready_for_body", None)
-        if ready is not None:  # upgate/http/connection.py: take the body now
-            ready()
+        self._choose_language()  # first: even a refusal is shown in the customer's language
+        await super().prepare()
 
-    def data_received(self, chunk: bytes) -> None:
-        if self._body is None:
+    async def authenticate(self) -> None:
+        """The session, from its cookie alone, before any of the body is read."""
+        if self.public:
             return
-        self._body += chunk
-        if len(self._body) > BODY_MAX:  # no Content-Length (chunked), or it lied
-            self._body = None
-            self.send_error(413)
+        self.session = await self.call(dash_sessions.current, self.session_id())
+        if self.session is not None:
+            try:
+                self.account = await self.call(accounts.show, self.session["account_id"])
+            except accounts.UnknownAccount:  # deleted behind the session's back
+                self.session = None
+        if self.session is None:
+            if self.session_id():
+                self.end_session()
+            target = self.request.uri if self.request.method == "GET" else PREFIX + "/"
+            self.redirect(PREFIX + "/login?" + urllib.parse.urlencode({"next": target}), status=303)
+
+    def body_limit(self) -> int:
+        return BODY_MAX
+
+    def too_large(self) -> Exception:
+        return tornado.web.HTTPError(413)
 
     def blocked(self) -> bool:
         """A suspended account sees everything and changes nothing."""
         return bool(self.account and self.account.get("suspended"))
 
     async def post(self, *args) -> None:
-        if self._finished or self._body is None:
-            return
-        self.request.body = bytes(self._body)
+        if self._finished or self.body_bytes() is None:
+            return  # refused while the body arrived (the answer is on its way)
+        self.request.body = self.body_bytes()
         tornado.httputil.parse_body_arguments(self.request.headers.get("Content-Type", ""), self.request.body,
                                               self.request.body_arguments, self.request.files,
                                               self.request.headers)
@@ -222,6 +219,10 @@ class DashboardHandler(tornado.web.RequestHandler):
     def arg(self, name: str) -> str:
         """A form field, trimmed ("" when absent)."""
         return self.get_body_argument(name, "").strip()
+
+
+class StaticHandler(BodyGuard, tornado.web.StaticFileHandler):
+    """The stylesheet and the copy button's script: no credential, at most 64 KB of a body, dropped."""
 
 
 def safe_next(target: str | None) -> str:

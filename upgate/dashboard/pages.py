@@ -9,7 +9,7 @@ import tornado.web
 
 from upgate.console import charts
 from upgate.dashboard import data, signin_pages, topup
-from upgate.dashboard.base import PREFIX, STATIC, DashboardHandler, Refused
+from upgate.dashboard.base import PREFIX, STATIC, DashboardHandler, Refused, StaticHandler
 from upgate.services import keys, records, statements
 
 _ID = r"([^/]+)"
@@ -30,7 +30,7 @@ def routes(ctx) -> list:
         (PREFIX + r"/billing", BillingHandler, d),
         (PREFIX + r"/billing/statement\.csv", StatementCsvHandler, d),
         *topup.routes(d),
-        (PREFIX + r"/static/(.*)", tornado.web.StaticFileHandler, {"path": STATIC}),
+        (PREFIX + r"/static/(.*)", StaticHandler, {"path": STATIC}),
     ]
 
 
