@@ -102,3 +102,32 @@ def test_refused_then_top_up_in_the_browser_then_served(browser, node, redis_url
     context.close()
     answer = _chat(node, key)  # the request refused with 402 a minute ago now passes
     assert answer.choices[0].message.content
+
+
+@pytest.mark.parametrize("width", [390, 1280])
+def test_console_payments_page_in_the_browser(browser, node, redis_url, width):
+    from tests.admin_kit import make_token
+    from upgate.payments import service
+    from upgate.store import connection as store
+
+    SHOTS.mkdir(exist_ok=True)
+    client = store.connect_sync(redis_url)
+    _key, acct, _ = seed(redis_url, phone="+989121234567", balance="0")
+    paid, _ = service.start(client, node.settings, acct, "30000")
+    service.start(client, node.settings, acct, "15000")  # left pending: "Verify now" is offered
+    from upgate.payments.gateways import build
+    build(node.settings, client).decide(paid["authority"], True)
+    context = browser.new_context(viewport={"width": width, "height": 860})
+    page = context.new_page()
+    page.goto(node.url + "/admin/login")
+    page.get_by_label("Admin token").fill(make_token(redis_url))
+    page.get_by_role("button", name="Sign in").click()
+    page.goto(node.url + "/admin/payments")
+    assert page.get_by_role("button", name="Verify now").count() == 2
+    page.locator("tr", has_text=paid["id"]).get_by_role("button", name="Verify now").click()
+    page.wait_for_url("**/admin/payments")
+    page.screenshot(path=str(SHOTS / f"payments-console-{width}.png"), full_page=True)
+    assert "now paid" in page.inner_text("main") and page.get_by_role("button", name="Verify now").count() == 1
+    page.goto(node.url + f"/admin/accounts/{acct}")
+    page.locator("#payments").screenshot(path=str(SHOTS / f"payments-console-account-{width}.png"))
+    context.close()
