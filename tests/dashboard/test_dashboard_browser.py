@@ -113,6 +113,7 @@ def test_a_customer_from_sign_in_to_statement(browser, node, redis_url, mock, la
         assert new_key not in page.content()  # never again
         mine = page.locator("details", has_text=new_key[:10])
         mine.locator("summary").click()
+        v.shoot("key-edit")
         mine.locator("input[name=monthly_limit_toman]").fill("5000" if lang == "en" else "۵۰۰۰")
         mine.locator("form[action$='/update'] button[type=submit]").click()
         page.wait_for_url("**/dashboard/keys?done=updated")
