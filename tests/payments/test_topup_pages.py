@@ -68,8 +68,10 @@ def test_cancel_on_the_bank_page_credits_nothing(make_node, redis_url, sms):
 
 
 def test_zarinpal_callbacks_racing_on_two_nodes_credit_once(make_node, redis_url, sms, zarinpal):
+    """20 callbacks on two nodes while both nodes' reconciliation loops run every 0.2 s."""
     _key, acct, _ = seed(redis_url, phone=A, balance="0")
-    opts = dict(payments="zarinpal", zarinpal_merchant_id=zarinpal.merchant, zarinpal_url=zarinpal.url)
+    opts = dict(payments="zarinpal", zarinpal_merchant_id=zarinpal.merchant, zarinpal_url=zarinpal.url,
+                payments_reconcile_s=0.2)
     nodes = [make_node(**opts), make_node(**opts)]
     c = signed_in(nodes[0], sms, A)
     sent = _pay_form(c, "30000")

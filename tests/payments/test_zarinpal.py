@@ -193,3 +193,19 @@ def test_a_down_gateway_ends_the_pass_early(client, s, zarinpal):
     zarinpal.down = True
     assert service.reconcile(client, s) == {"unavailable": service.SILENT_STOP}
     assert all(o["status"] == "pending" for o in orders.list_orders(client, account_id=acct)["data"])
+
+
+def test_filtered_listing_pages_through_a_rare_status(client, s, zarinpal, monkeypatch):
+    acct = new_account(client)
+    made = [_start(client, s, acct)[0] for _ in range(7)]
+    zarinpal.pay(made[1]["authority"])
+    service.verify_id(client, s, made[1]["id"])
+    monkeypatch.setattr(orders, "SCAN_MAX", 2)  # a small window: the paid one is found page by page
+    found, cursor, pages = [], None, 0
+    while True:
+        page = orders.list_orders(client, status="paid", cursor=cursor, limit=5)
+        found += [o["id"] for o in page["data"]]
+        cursor, pages = page["next_cursor"], pages + 1
+        if not cursor:
+            break
+    assert found == [made[1]["id"]] and pages > 1

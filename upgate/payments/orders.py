@@ -19,6 +19,7 @@ from upgate.services.account_rules import AccountError, normalize_id
 from upgate.store import connection as store, keyspace
 
 STATUSES = ("pending", "paid", "failed", "expired")
+SCAN_MAX = 5000  # orders one filtered listing call looks at
 FIELDS = ("id", "account_id", "amount_toman", "gateway", "status", "authority", "ref_id", "card_pan",
           "created_at", "paid_at", "transaction_id")
 
@@ -156,8 +157,10 @@ def _check_status(status):
 
 def list_orders(client, *, account_id: str | None = None, status: str | None = None,
                 cursor: str | None = None, limit: int = 50) -> dict:
-    """Orders newest first: {"data": [order], "next_cursor"}. `cursor` is the creation time (ms)
-    and order id of the last one seen, "<ms>:<id>"."""
+    """Orders newest first: {"data": [order], "next_cursor"}. `cursor` is where the last page
+    stopped, "<created ms>:<index member>". A filtered listing looks at SCAN_MAX orders at most
+    per call, so a rare status never makes one call read every order: the page may then be
+    short, with a next_cursor to go on from."""
     _check_status(status)
     if account_id is not None:
         acct = normalize_id(account_id)
@@ -174,8 +177,10 @@ def list_orders(client, *, account_id: str | None = None, status: str | None = N
         if not (ms.isdigit() and last):
             raise InvalidCursor("cursor is malformed: pass next_cursor as it was given")
         top, top_ms = ms, int(ms)
-    data, offset, batch, seen = [], 0, max(limit, 50), None
+    data, offset, batch, seen, scanned = [], 0, min(max(limit, 50), SCAN_MAX), None, 0
     while len(data) < limit:
+        if scanned >= SCAN_MAX:
+            return {"data": [public(o) for o in data], "next_cursor": seen}
         raws = client.zrevrangebyscore(index, top, "-inf", start=offset, num=batch, withscores=True)
         offset += len(raws)
         # the cursor's own score: members already shown sort at or above the last one
@@ -185,6 +190,8 @@ def list_orders(client, *, account_id: str | None = None, status: str | None = N
         for m, _s in fresh:
             pipe.hgetall(keyspace.order(*member(m)))
         for (m, score), raw in zip(fresh, pipe.execute() if fresh else []):
+            scanned += 1
+            seen = f"{score}:{m}" if status is not None else seen
             if raw:
                 o = decode(raw)
                 if status is None or o["status"] == status:

@@ -14,7 +14,6 @@ import logging
 import time
 from dataclasses import dataclass
 
-from upgate.billing import money
 from upgate.payments import gateways, orders, units
 from upgate.payments.errors import (AmountMismatch, GatewayRefused, GatewayUnavailable, NotPaid,
                                     PaymentError, PaymentsOff)
@@ -200,6 +199,3 @@ def _unknown_paid(client, settings) -> None:
             log.warning("gateway %s reports a paid, unverified payment %s with no order here",
                         driver.name, authority[:64])
 
-
-def describe(order: dict) -> str:
-    return f"{order['id']} {money.fmt(order['_amount'])} toman via {order['gateway']}: {order['status']}"
