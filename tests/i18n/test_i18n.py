@@ -49,12 +49,13 @@ def test_language_choice_persian_first():
     assert i18n.locale("en").translate("Keys") == "Keys"
 
 
-def test_every_sentence_of_the_dashboard_has_its_persian():
+def test_every_sentence_of_the_dashboard_and_the_console_has_its_persian():
     said = set()
-    for path in (ROOT / "upgate" / "dashboard").rglob("*"):
+    for path in [*(ROOT / "upgate" / "dashboard").rglob("*"), *(ROOT / "upgate" / "console").rglob("*")]:
         if path.suffix in (".html", ".py"):
             text = path.read_text(encoding="utf-8")
-            for pattern in (r'''\b_\((["'])((?:(?!\1).)+)\1''', r'''translate\((["'])((?:(?!\1).)+)\1'''):
+            for pattern in (r'''\b_\((["'])((?:(?!\1).)+)\1''', r'''translate\((["'])((?:(?!\1).)+)\1''',
+                            r'''\bN_\((["'])((?:(?!\1).)+)\1'''):
                 said |= {m.group(2) for m in re.finditer(pattern, text)}
     with open(ROOT / "upgate" / "i18n" / "locale" / "fa.csv", encoding="utf-8") as f:
         catalog = {row[0]: row[1] for row in csv.reader(f)}
@@ -63,3 +64,4 @@ def test_every_sentence_of_the_dashboard_has_its_persian():
     assert sorted(set(catalog) - said) == []  # nothing stale either
     for english, persian in catalog.items():  # placeholders survive translation
         assert set(re.findall(r"\{\w+\}", english)) == set(re.findall(r"\{\w+\}", persian)), english
+        assert sorted(re.findall(r"%\(\w+\)s", english)) == sorted(re.findall(r"%\(\w+\)s", persian)), english

@@ -41,4 +41,7 @@ def routes(ctx) -> list:
         (r"/admin/payments", payments.PaymentsHandler, d),
         (r"/admin/payments/(ord_[0-9a-f]{1,40})/verify", payments.PaymentVerifyHandler, d),
         (r"/admin/static/(.*)", StaticHandler, {"path": STATIC}),
+        # last: any other /admin/ address is the console's own 404 page (/admin/v1/... is the
+        # management API's, whose routes come first and whose unknown paths answer JSON)
+        (r"/admin/(?!v1(?:/|$)).*", pages.NotFoundPage, d),
     ]

@@ -137,13 +137,13 @@ def line(labels: Sequence[str], values: Sequence, title: str, fmt: Fmt = str,
     return "".join(parts)
 
 
-def hbars(labels: Sequence[str], values: Sequence, title: str, fmt: Fmt = str) -> str:
+def hbars(labels: Sequence[str], values: Sequence, title: str, fmt: Fmt = str, *, empty: str = EMPTY) -> str:
     """Horizontal bars, one row per label (models), the value written at each bar's end."""
     row = 26
     height = max(60, TOP + row * len(labels) + 8)
     _cid, parts = _open(title, _desc(labels, values, fmt), height, " hbars")
     if not labels:
-        return _empty(parts, height)
+        return _empty(parts, height, text=empty)
     nums = [_num(v) for v in values]
     top = max(nums + [0.0]) or 1.0
     name_w = 200

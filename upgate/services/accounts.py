@@ -117,8 +117,17 @@ def create_account(client, phone: str, balance_micro: int = 0, *, actor: str = "
             f"within {transactions.REPLICA_WAIT_MS} ms (a failover now could lose it): do NOT "
             f"create it again; check `account show {acct}` after the failover", e.result) from None
     finally:  # listed even when no replica confirmed the opening (NotDurable): never orphaned
-        atomic_write(client, [lambda p: p.sadd(keyspace.ACCOUNTS, acct)])
+        atomic_write(client, [listing(acct, record["created_at"])])
     return acct
+
+
+def listing(acct: str, created_at: int) -> Step:
+    """The write that lists an account: the ACCOUNTS set and the newest-first index
+    (services/account_list.py), one MULTI (both keys share the ``{accounts}`` slot)."""
+    def step(p):
+        p.sadd(keyspace.ACCOUNTS, acct)
+        p.zadd(keyspace.ACCOUNTS_BY_TIME, {acct: created_at})
+    return step
 
 
 def topup(client, account_id: str, amount_micro: int) -> int:

@@ -91,6 +91,9 @@ def keyhash(digest: str) -> str:
 
 
 ACCOUNTS = "accounts"  # set of all account ids (operator listing)
+# sorted set: every account id scored by its created_at (unix s): the newest-first listing. Its
+# tag puts it in the slot of ACCOUNTS, so one MULTI lists an account in both
+ACCOUNTS_BY_TIME = "{accounts}:created"
 REAP_INDEX = "reap:accounts"  # sorted set: account ids with open holds, scored by next deadline
 REAP_LOCK = "reap:lock"  # string: which node sweeps the reaper's shards this tick (cluster only)
 SLOTS = 16384  # Redis Cluster hash slots
