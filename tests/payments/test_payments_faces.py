@@ -130,12 +130,14 @@ def test_console_payments_page_and_verify_form(redis_url, make_node, client, zar
     with httpx.Client(base_url=node.url, timeout=30) as x:
         x.get("/admin/login")
         assert x.post("/admin/login", data={"token": token, "next": "/admin/", "_xsrf": x.cookies["_xsrf"]}).status_code == 303
-        page = x.get("/admin/payments?status=pending")
+        persian = x.get("/admin/payments?status=pending&lang=fa")
+        assert 'lang="fa"' in persian.text and "بررسی همین حالا" in persian.text
+        page = x.get("/admin/payments?status=pending&lang=en")  # remembered from here on
         assert page.status_code == 200 and order["id"] in page.text and "Verify now" in page.text
         done = x.post(f"/admin/payments/{order['id']}/verify", data={"_xsrf": x.cookies["_xsrf"], "next": "/admin/payments"})
         assert done.status_code == 303
         paid = x.get("/admin/payments?status=paid").text
-        assert order["id"] in paid and "paid (now paid)" in paid
+        assert order["id"] in paid and "paid and credited (now paid)" in paid
         account_page = x.get(f"/admin/accounts/{acct}", follow_redirects=True).text
         assert re.search(r'id="payments-h"', account_page) and order["id"] in account_page
         assert x.post(f"/admin/payments/{order['id']}/verify", data={}).status_code == 403  # no XSRF

@@ -119,7 +119,7 @@ def test_console_payments_page_in_the_browser(browser, node, redis_url, width):
     build(node.settings, client).decide(paid["authority"], True)
     context = browser.new_context(viewport={"width": width, "height": 860})
     page = context.new_page()
-    page.goto(node.url + "/admin/login")
+    page.goto(node.url + "/admin/login?lang=en")
     page.get_by_label("Admin token").fill(make_token(redis_url))
     page.get_by_role("button", name="Sign in").click()
     page.goto(node.url + "/admin/payments")
@@ -128,6 +128,9 @@ def test_console_payments_page_in_the_browser(browser, node, redis_url, width):
     page.wait_for_url("**/admin/payments")
     page.screenshot(path=str(SHOTS / f"payments-console-{width}.png"), full_page=True)
     assert "now paid" in page.inner_text("main") and page.get_by_role("button", name="Verify now").count() == 1
+    page.goto(node.url + "/admin/payments?lang=fa")
+    page.screenshot(path=str(SHOTS / f"payments-console-fa-{width}.png"), full_page=True)
+    page.goto(node.url + "/admin/payments?lang=en")
     page.goto(node.url + f"/admin/accounts/{acct}")
     page.locator("#payments").screenshot(path=str(SHOTS / f"payments-console-account-{width}.png"))
     context.close()

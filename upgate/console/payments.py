@@ -11,6 +11,10 @@ from upgate.payments import orders, service
 from upgate.services import admin_log
 
 STATUSES = orders.STATUSES
+OUTCOMES = {"paid": "paid and credited", "already_paid": "already paid", "not_paid": "not paid",
+            "amount_mismatch": "another amount was paid: not credited", "unavailable": "the gateway did not answer",
+            "refused": "the gateway refused the call", "off": "that gateway is not set up here",
+            "conflict": "its ref was used for another transaction: not credited"}
 
 
 def _page(client, status, cursor):
@@ -45,7 +49,9 @@ class PaymentVerifyHandler(ConsoleHandler):
         self.ctx.metrics.count_payment(o["gateway"], result["outcome"])
         await self.call(admin_log.record, self.who.name, "POST /admin/payments/{id}/verify", order_id,
                         {"outcome": result["outcome"]})
-        self.flash(f"Order {o['id']}: {result['outcome'].replace('_', ' ')} (now {o['status']}).",
+        _ = self.locale.translate
+        self.flash(_("Order %(id)s: %(outcome)s (now %(status)s).") % {
+            "id": o["id"], "outcome": _(OUTCOMES.get(result["outcome"], result["outcome"])), "status": _(o["status"])},
                    "ok" if o["status"] == "paid" else "warn")
         back = self.get_body_argument("next", "")
         self.redirect(back if back.startswith(PREFIX + "/") and "//" not in back[1:] else PREFIX + "/payments",
