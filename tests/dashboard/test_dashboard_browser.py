@@ -114,6 +114,14 @@ def test_a_customer_from_sign_in_to_statement(browser, node, redis_url, mock, la
         mine = page.locator("details", has_text=new_key[:10])
         mine.locator("summary").click()
         v.shoot("key-edit")
+        # a refused setting: the service's own message, the form as typed, nothing written
+        mine.locator("input[name=rate_limit_rpm]").fill("6000")
+        mine.locator("form[action$='/update'] button[type=submit]").click()
+        assert "rpm must be a whole number from 1 to 600" in page.locator(".flash.error").inner_text()
+        mine = page.locator("details", has_text=new_key[:10])
+        assert mine.locator("input[name=rate_limit_rpm]").input_value() == "6000"  # shown open, as typed
+        v.shoot("key-refused")
+        mine.locator("input[name=rate_limit_rpm]").fill("120")
         mine.locator("input[name=monthly_limit_toman]").fill("5000" if lang == "en" else "۵۰۰۰")
         mine.locator("form[action$='/update'] button[type=submit]").click()
         page.wait_for_url("**/dashboard/keys?done=updated")

@@ -228,13 +228,18 @@ def form_settings(arg, *, clearing: bool) -> dict:
     name = (arg("name") or "").strip()
     if name or clearing:
         out["name"] = name or None
-    if text("rate_limit_rpm"):
-        out["rpm"] = parse_rpm(text("rate_limit_rpm"))
-    for field, (kwarg, parse) in parsers.items():
+    try:
+        field = "rate_limit_rpm"
         if text(field):
-            out[kwarg] = parse(text(field))
-        elif clearing:
-            out[kwarg] = None
+            out["rpm"] = parse_rpm(text(field))
+        for field, (kwarg, parse) in parsers.items():
+            if text(field):
+                out[kwarg] = parse(text(field))
+            elif clearing:
+                out[kwarg] = None
+    except ValueError as e:
+        e.field = field  # the form field at fault, for a face that names it in its own words
+        raise
     return out
 
 
