@@ -74,6 +74,11 @@ class Context:
         ]
         if self.metrics is not None:
             self._tasks.append(asyncio.create_task(self.metrics.run_flusher(), name="upgate-metrics"))
+        s = self.settings
+        if s.payments != "off" or s.zarinpal_merchant_id or s.zibal_merchant:  # old orders too
+            from upgate.payments import reconciler
+
+            self._tasks.append(asyncio.create_task(reconciler.run(self), name="upgate-payments"))
         if self.settings.webhooks_on:
             from upgate.webhooks.delivery import Delivery
 
