@@ -69,8 +69,8 @@ class TopupHandler(DashboardHandler):
             raise Refused(404, _("Online payment is not available. Please contact support to top up."))
         except errors.PaymentError as e:
             self.ctx.metrics.count_payment(s.payments, e.outcome)
-            raise Refused(503, _("The payment gateway did not answer. Nothing was charged; please try "
-                                 "again in a few minutes."))
+            # one literal on one line: the catalog's check reads each _("…") whole
+            raise Refused(503, _("The payment gateway did not answer. Nothing was charged; please try again in a few minutes."))
         self.ctx.metrics.count_payment(order["gateway"], "started")
         self.redirect(url, status=303)
 
