@@ -69,7 +69,7 @@ class TopupHandler(DashboardHandler):
             raise Refused(404, _("Online payment is not available. Please contact support to top up."))
         except errors.PaymentError as e:
             self.ctx.metrics.count_payment(s.payments, e.outcome)
-            # one literal on one line: the catalog's check reads each _("…") whole
+            # one literal on one line: the Persian catalog check reads each message whole
             raise Refused(503, _("The payment gateway did not answer. Nothing was charged; please try again in a few minutes."))
         self.ctx.metrics.count_payment(order["gateway"], "started")
         self.redirect(url, status=303)
