@@ -10,6 +10,7 @@ from __future__ import annotations
 from upgate.billing import jalali
 from upgate.catalog import rules as catalog, store as catalog_store
 from upgate.services import accounts, keys, records, routes, statements, transactions, usage
+from upgate.payments import orders
 
 REQUESTS_SHOWN = 25
 
@@ -39,6 +40,9 @@ def find_accounts(client, q: str) -> list[dict]:
     return [accounts.show(client, acct)]
 
 
+ORDERS_SHOWN = 10  # the account page's newest top-up orders (all of them: /admin/payments)
+
+
 def account_page(client, account_id: str, month: str | None = None) -> dict:
     view = accounts.show(client, account_id)
     acct = view["account_id"]
@@ -54,6 +58,7 @@ def account_page(client, account_id: str, month: str | None = None) -> dict:
         "transactions": transactions.list_transactions(client, acct, month=month),
         "statement": statements.statement(client, acct, month),
         "requests": records.list_requests(client, acct, limit=REQUESTS_SHOWN),
+        "orders": orders.list_orders(client, account_id=acct, limit=ORDERS_SHOWN)["data"],
     }
     return out
 

@@ -21,13 +21,14 @@ from upgate.errors import GatewayError
 from upgate.handlers.admin.spec import READ_VERBS, Op
 from upgate.handlers.base import BaseHandler, NotFoundHandler
 from upgate.handlers.guard import UNAUTHENTICATED_BODY_MAX
+from upgate.payments import orders
 from upgate.webhooks import service as webhook_service
 
 log = logging.getLogger("upgate")
 
 
 NOT_FOUND = (accounts.UnknownAccount, keys.UnknownKey, records.UnknownRequest, webhook_service.UnknownEvent,
-             routes.UnknownModel)
+             orders.UnknownOrder, routes.UnknownModel)
 
 
 def service_error(e: ValueError, param: str | None = None, force: bool = False) -> GatewayError:
