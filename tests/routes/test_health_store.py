@@ -59,3 +59,15 @@ def test_another_node_applies_the_events_and_reloads_from_the_store(redis_url, r
     run(c.reload())
     assert c.cold_left("x/y", R) is not None and c.key_out_left("prov", "KEY_A") is not None
     assert not any(v.startswith("sk-") for v in r.hgetall(keyspace.key_pool("prov")).values())
+
+
+def test_route_health_on_a_redis_cluster(cluster_url, run):
+    """One key per script call (its own hash tag), and a reload that scans every primary."""
+    a = health(cluster_url, route_failures=1)
+    for model in ("x/a", "y/b", "z/c"):  # spread over slots
+        assert run(a.failed(model, R)) is True
+    run(a.refuse_key("prov", "KEY_A"))
+    b = health(cluster_url)
+    run(b.reload())
+    assert all(b.cold_left(m, R) is not None for m in ("x/a", "y/b", "z/c"))
+    assert b.key_out_left("prov", "KEY_A") is not None
