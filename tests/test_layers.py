@@ -9,10 +9,10 @@ ROOT = Path(__file__).resolve().parents[1]
 # lowest first; a module may import its own layer and those below it, never above
 LAYERS = [
     ("base", ["upgate", "upgate.errors", "upgate.settings"]),
-    ("store, wire", ["upgate.store", "upgate.http", "upgate.upstream", "upgate.messages"]),
-    ("money, catalog", ["upgate.billing", "upgate.catalog"]),
-    ("services", ["upgate.services", "upgate.webhooks"]),
-    ("faces", ["upgate.handlers", "upgate.console", "upgate.dashboard", "upgate.payments", "admin_cli",
+    ("store, wire", ["upgate.store", "upgate.http", "upgate.upstream", "upgate.sms", "upgate.messages"]),
+    ("money, catalog", ["upgate.billing", "upgate.catalog", "upgate.routes"]),
+    ("services", ["upgate.services", "upgate.webhooks", "upgate.i18n", "upgate.payments"]),
+    ("faces", ["upgate.handlers", "upgate.console", "upgate.dashboard", "admin_cli",
                "upgate.mock"]),
     ("entry points", ["upgate.app", "upgate.context", "upgate.server", "upgate.cli", "upgate.demo"]),
 ]

@@ -21,6 +21,7 @@ from upgate.services.admin_node import AdminNode
 from upgate.http.client_address import ClientAddress
 from upgate.handlers.metrics import Metrics, observe
 from upgate.billing.refusals import Refusals
+from upgate.routes.health import RouteHealth
 from upgate.settings import Settings
 from upgate.upstream.client import UpstreamClient
 
@@ -36,6 +37,7 @@ class Context:
         self.client_address = ClientAddress(settings.trusted_proxies)  # for the failed-key throttle
         self.catalog = Catalog(self.redis)
         self.ledger = Ledger(self.redis, settings)
+        self.routes = RouteHealth(self.redis, settings)  # models of several routes (docs/routes.md)
         self.refusals = Refusals(settings.topup_url, settings.free_quota_default)
         self.upstream = UpstreamClient(silence_s=settings.upstream_silence_s)
         self.metrics = Metrics()
@@ -49,8 +51,12 @@ class Context:
         self.inflight: dict = {}  # hold id → live proxy handler (leases, keep-alives, shutdown)
         self._tasks: list[asyncio.Task] = []
         self.webhooks = None  # the delivery engine, when UPGATE_WEBHOOK_URL and _SECRET are set
+        self.signin = _signin(settings)  # the dashboard's sign-in by SMS code
 
     async def start(self) -> None:
+        if self.settings.sms == "log":
+            log.warning("UPGATE_SMS=log: dashboard sign-in codes are written to this log, so anyone "
+                        "who reads it can sign in as any customer; use kavenegar or smsir in production")
         try:
             await self.catalog.reload()
         except STORE_ERRORS as e:  # a whole cluster down is a RedisClusterException, not a RedisError
@@ -70,6 +76,11 @@ class Context:
         ]
         if self.metrics is not None:
             self._tasks.append(asyncio.create_task(self.metrics.run_flusher(), name="upgate-metrics"))
+        s = self.settings
+        if s.payments != "off" or s.zarinpal_merchant_id or s.zibal_merchant:  # old orders too
+            from upgate.payments import reconciler
+
+            self._tasks.append(asyncio.create_task(reconciler.run(self), name="upgate-payments"))
         if self.settings.webhooks_on:
             from upgate.webhooks.delivery import Delivery
 
@@ -145,6 +156,7 @@ class Context:
         self.refusals.on_event(msg)
         self.catalog.on_event(msg)
         self.ledger.on_event(msg)
+        self.routes.on_event(msg)
         self.admin.on_event(msg)
 
     async def _resync(self) -> None:
@@ -160,6 +172,7 @@ class Context:
         if remote is None or store.text(remote) != self.catalog.version:
             await self.catalog.reload()
         await self.ledger.reload_cooldowns()
+        await self.routes.reload()
 
     async def _check_store(self) -> None:
         """The store's eviction policy and persistence (store_policy.py), read again whenever the
@@ -213,6 +226,18 @@ class Context:
                 await _close(pubsub)
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 2.0)
+
+
+def _signin(settings: Settings):
+    from upgate import sms
+    from upgate.services.signin import SignIn, secret_from_pepper
+
+    sender = sms.make(settings.sms, api_key=settings.sms_api_key, template=settings.sms_template,
+                      url=settings.sms_url)
+    # until the first real send is timed, a code that is never sent waits what a provider's
+    # round trip typically takes (the log driver: nothing)
+    return SignIn(sender, secret_from_pepper(settings.key_pepper), settings.signup_open,
+                  settings.signup_credit_toman, typical_send_s=0.0 if settings.sms == "log" else 0.4)
 
 
 async def _close(pubsub) -> None:

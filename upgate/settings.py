@@ -59,6 +59,8 @@ class Settings:
     journal_path: str = "upgate-settle.journal"
     max_streams: int = 10
     cooldown_strikes: int = 3
+    route_failures: int = 3  # failures in a row that cool a route (UPGATE_ROUTE_FAILURES)
+    route_cooldown_s: float = 30.0  # how long a cold route or a refused pooled key stays out
     keepalive_s: float = 15.0
     max_body_bytes: int = 20 * 1024 * 1024
     # webhooks (docs/webhooks.md): on when both the URL and the secret are set
@@ -73,6 +75,25 @@ class Settings:
     trusted_proxies: str = ""  # the auth throttles: peers whose X-Forwarded-For is believed (client_address.py)
     request_log_days: int = 7  # request records are kept this many days …
     request_log_max: int = 10_000  # … and at most this many per account
+    # the customer dashboard (docs/dashboard.md, CUSTOMERS.md)
+    public_url: str = ""  # e.g. https://api.example.ir: the dashboard's absolute links, topup_url
+    sms: str = "log"  # log | kavenegar | smsir
+    sms_api_key: str = ""
+    sms_template: str = ""
+    sms_url: str = ""  # a provider's base address (tests: a loopback fake)
+    signup_open: bool = False  # UPGATE_SIGNUP=open: a verified phone without an account gets one
+    signup_credit_toman: str = "0"  # its opening balance
+    # payments (docs/payments.md): off | zarinpal | zibal | fake
+    payments: str = "off"
+    zarinpal_merchant_id: str = ""
+    zarinpal_url: str = "https://payment.zarinpal.com"
+    zibal_merchant: str = ""
+    zibal_url: str = "https://gateway.zibal.ir"
+    topup_min_toman: int = 10_000
+    topup_max_toman: int = 50_000_000
+    payments_timeout_s: float = 10.0  # one call to the payment gateway (at most 30)
+    payments_reconcile_s: float = 60.0  # how often open orders are verified again
+    payments_expire_s: float = 1800.0  # an order unpaid this long is expired
     extra: dict = field(default_factory=dict)
 
     @property
@@ -103,8 +124,36 @@ def _webhook_url(env: dict) -> str:
     return url
 
 
+PAYMENT_GATEWAYS = ("off", "zarinpal", "zibal", "fake")
+
+
+def _payments(env: dict) -> dict:
+    """The payment settings (CUSTOMERS.md, "Paying"), checked at start-up."""
+    gateway = (env.get("UPGATE_PAYMENTS") or "off").strip().lower()
+    if gateway not in PAYMENT_GATEWAYS:
+        raise SettingsError(f"UPGATE_PAYMENTS must be one of {', '.join(PAYMENT_GATEWAYS)}, got {gateway!r}")
+    low = _positive(env, "UPGATE_TOPUP_MIN_TOMAN", Settings.topup_min_toman)
+    high = _positive(env, "UPGATE_TOPUP_MAX_TOMAN", Settings.topup_max_toman)
+    if low > high:
+        raise SettingsError(f"UPGATE_TOPUP_MIN_TOMAN ({low}) is above UPGATE_TOPUP_MAX_TOMAN ({high})")
+    timeout = _float(env, "UPGATE_PAYMENTS_TIMEOUT_S", Settings.payments_timeout_s)
+    if timeout > 30:
+        raise SettingsError(f"UPGATE_PAYMENTS_TIMEOUT_S must be at most 30 (the callback page waits for it), got {timeout:g}")
+    return dict(
+        payments=gateway,
+        zarinpal_merchant_id=env.get("UPGATE_ZARINPAL_MERCHANT_ID", "").strip(),
+        zarinpal_url=(env.get("UPGATE_ZARINPAL_URL") or Settings.zarinpal_url).rstrip("/"),
+        zibal_merchant=env.get("UPGATE_ZIBAL_MERCHANT", "").strip(),
+        zibal_url=(env.get("UPGATE_ZIBAL_URL") or Settings.zibal_url).rstrip("/"),
+        topup_min_toman=low, topup_max_toman=high, payments_timeout_s=timeout,
+        payments_reconcile_s=_float(env, "UPGATE_PAYMENTS_RECONCILE_S", Settings.payments_reconcile_s),
+        payments_expire_s=_float(env, "UPGATE_PAYMENTS_EXPIRE_S", Settings.payments_expire_s),
+    )
+
+
 def from_env(env: dict | None = None) -> Settings:
     env = os.environ if env is None else env
+    pay = _payments(env)
     webhook_timeout_s = _float(env, "UPGATE_WEBHOOK_TIMEOUT_S", 10.0)
     webhook_claim_s = _float(env, "UPGATE_WEBHOOK_CLAIM_S", 60.0)
     if webhook_claim_s <= webhook_timeout_s:  # else a live node's attempt would be taken from it
@@ -114,11 +163,15 @@ def from_env(env: dict | None = None) -> Settings:
         redis_url=env.get("UPGATE_REDIS_URL") or Settings.redis_url,
         providers_path=env.get("UPGATE_PROVIDERS") or Settings.providers_path,
         key_pepper=env.get("UPGATE_KEY_PEPPER", ""),
-        topup_url=env.get("UPGATE_TOPUP_URL") or Settings.topup_url,
+        # the dashboard's top-up page once UPGATE_PUBLIC_URL says where it is; the operator's own wins
+        topup_url=env.get("UPGATE_TOPUP_URL") or (_public_url(env) + "/dashboard/topup" if _public_url(env)
+                                                   else Settings.topup_url),
         port=_int(env, "PORT", Settings.port),
         upstream_silence_s=_float(env, "UPGATE_UPSTREAM_SILENCE_S", 120.0),
         lease_s=_float(env, "UPGATE_LEASE_S", 30.0),
         cooldown_s=_float(env, "UPGATE_COOLDOWN_S", 30.0),
+        route_failures=_positive(env, "UPGATE_ROUTE_FAILURES", Settings.route_failures),
+        route_cooldown_s=_float(env, "UPGATE_ROUTE_COOLDOWN_S", Settings.route_cooldown_s),
         shutdown_grace_s=_float(env, "UPGATE_SHUTDOWN_GRACE_S", 25.0),
         free_quota_default=_int(env, "UPGATE_FREE_QUOTA_DEFAULT", 50),
         metrics_token=env.get("UPGATE_METRICS_TOKEN", ""),
@@ -135,7 +188,37 @@ def from_env(env: dict | None = None) -> Settings:
         trusted_proxies=_proxies(env.get("UPGATE_TRUSTED_PROXIES", "")),
         request_log_days=_positive(env, "UPGATE_REQUEST_LOG_DAYS", Settings.request_log_days),
         request_log_max=_positive(env, "UPGATE_REQUEST_LOG_MAX", Settings.request_log_max),
+        **_dashboard(env),
+        **pay,
     )
+
+
+def _public_url(env: dict) -> str:
+    public = env.get("UPGATE_PUBLIC_URL", "").strip().rstrip("/")
+    if public and not public.startswith(("http://", "https://")):
+        raise SettingsError(f"UPGATE_PUBLIC_URL must be an http:// or https:// URL, got {public!r}")
+    return public
+
+
+def _dashboard(env: dict) -> dict:
+    from decimal import Decimal, InvalidOperation
+
+    public = _public_url(env)
+    sms = env.get("UPGATE_SMS", "").strip() or "log"
+    if sms not in ("log", "kavenegar", "smsir"):
+        raise SettingsError(f"UPGATE_SMS must be log, kavenegar or smsir, got {sms!r}")
+    signup = env.get("UPGATE_SIGNUP", "").strip() or "closed"
+    if signup not in ("open", "closed"):
+        raise SettingsError(f"UPGATE_SIGNUP must be open or closed, got {signup!r}")
+    credit = env.get("UPGATE_SIGNUP_CREDIT_TOMAN", "").strip() or "0"
+    try:
+        if Decimal(credit) < 0 or not Decimal(credit).is_finite():
+            raise InvalidOperation
+    except InvalidOperation:
+        raise SettingsError(f"UPGATE_SIGNUP_CREDIT_TOMAN must be a toman amount of 0 or more, got {credit!r}") from None
+    return {"public_url": public, "sms": sms, "sms_api_key": env.get("UPGATE_SMS_API_KEY", ""),
+            "sms_template": env.get("UPGATE_SMS_TEMPLATE", ""), "sms_url": env.get("UPGATE_SMS_URL", "").strip(),
+            "signup_open": signup == "open", "signup_credit_toman": credit}
 
 
 def _proxies(raw: str) -> str:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import tornado.web
 
-from upgate.console import pages
+from upgate.console import pages, payments
 from upgate.console.base import STATIC
 from upgate.handlers.guard import BodyGuard
 
@@ -38,5 +38,10 @@ def routes(ctx) -> list:
         (acct + r"/keys/" + _ID + r"/update", pages.KeyUpdateHandler, d),
         (acct + r"/keys/" + _ID + r"/revoke", pages.KeyRevokeHandler, d),
         (r"/admin/models", pages.ModelsHandler, d),
+        (r"/admin/payments", payments.PaymentsHandler, d),
+        (r"/admin/payments/(ord_[0-9a-f]{1,40})/verify", payments.PaymentVerifyHandler, d),
         (r"/admin/static/(.*)", StaticHandler, {"path": STATIC}),
+        # last: any other /admin/ address is the console's own 404 page (/admin/v1/... is the
+        # management API's, whose routes come first and whose unknown paths answer JSON)
+        (r"/admin/(?!v1(?:/|$)).*", pages.NotFoundPage, d),
     ]

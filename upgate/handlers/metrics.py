@@ -53,14 +53,25 @@ class Metrics:
                                 "delivered (2xx), retried (failed, another attempt scheduled), failed "
                                 "(given up after the retry window), overflow (moved to the failed list from a full "
                                 "outbox), dropped (lost: webhooks off, or the failed list full)", ["outcome"], registry=r)
+        # models of several routes (docs/routes.md): each attempt by route and outcome ("ok" or
+        # the failure's code), and its wait for the response headers (or the failure)
+        self.route_requests = Counter("upgate_route_requests_total", "Attempts on a route of a model "
+                                      "of several routes, by outcome", ["model", "route", "outcome"],
+                                      registry=r)
+        self.route_seconds = Histogram("upgate_route_seconds", "A route's wait for response headers "
+                                       "(or its failure)", ["model", "route"], buckets=_SLOW, registry=r)
         self.cooldowns = Counter("upgate_cooldowns_total", "Models turned cold", ["model"], registry=r)
+        self.payments = Counter("upgate_payments_total", "Payment verifications and their outcomes, per "
+                                "gateway: paid (credited now), already_paid, not_paid, amount_mismatch, "
+                                "unavailable, refused, expired; started (sent to the bank page)",
+                                ["gateway", "outcome"], registry=r)
         # livesum: the sum over the workers alive now (a dead worker's file is dropped)
         self.streams = Gauge("upgate_open_streams", "Streams open on this node", registry=r,
                              multiprocess_mode="livesum")
         self.inflight = Gauge("upgate_inflight_requests", "Billable requests in flight on this node",
                               registry=r, multiprocess_mode="livesum")
         self._children: dict = {}
-        self._bounds = {self.overhead: _FAST, self.upstream: _SLOW}
+        self._bounds = {self.overhead: _FAST, self.upstream: _SLOW, self.route_seconds: _SLOW}
         self._counts: dict = {}  # (counter or gauge, labels) → change not yet handed over
         self._timings: dict = {}  # (histogram, labels) → [sum, count in each bucket (+Inf last)]
 
@@ -73,14 +84,18 @@ class Metrics:
             found = self._children[key] = metric.labels(*labels)
         return found
 
+    def count_payment(self, gateway: str, outcome: str, n: int = 1) -> None:
+        """One payment step's outcome (upgate/payments/): bounded labels, gateways × outcomes."""
+        self.count(self.payments, (gateway, outcome), n)
+
     def count(self, metric, labels: tuple = (), n: int = 1) -> None:
         """Add `n` to a counter (or move a gauge) with these label values, at the next flush."""
         key, counts = (metric, labels), self._counts
         counts[key] = counts.get(key, 0) + n
 
-    def time(self, histogram, label: str, seconds: float) -> None:
-        """Observe `seconds` in a histogram with one label, at the next flush."""
-        key = (histogram, (label,))
+    def time(self, histogram, label: str | tuple, seconds: float) -> None:
+        """Observe `seconds` in a histogram with one label (or a tuple of them), at the next flush."""
+        key = (histogram, label if isinstance(label, tuple) else (label,))
         found = self._timings.get(key)
         if found is None:
             found = self._timings[key] = [0.0] + [0] * (len(self._bounds[histogram]) + 1)
@@ -151,6 +166,9 @@ def observe(ctx, handler) -> None:
         if outcome:
             m.count(m.holds, ("placed",))
             m.count(m.holds, (outcome,))
+        for model, route_id, outcome, seconds in getattr(handler, "route_log", ()):
+            m.count(m.route_requests, (model, route_id, outcome))
+            m.time(m.route_seconds, (model, route_id), seconds)
         for provider, failed in getattr(handler, "failures", ()):  # each failed candidate
             if failed.startswith(("upstream_", "free_capacity")):
                 m.count(m.upstream_errors, (provider, failed))

@@ -91,6 +91,9 @@ def keyhash(digest: str) -> str:
 
 
 ACCOUNTS = "accounts"  # set of all account ids (operator listing)
+# sorted set: every account id scored by its created_at (unix s): the newest-first listing. Its
+# tag puts it in the slot of ACCOUNTS, so one MULTI lists an account in both
+ACCOUNTS_BY_TIME = "{accounts}:created"
 REAP_INDEX = "reap:accounts"  # sorted set: account ids with open holds, scored by next deadline
 REAP_LOCK = "reap:lock"  # string: which node sweeps the reaper's shards this tick (cluster only)
 SLOTS = 16384  # Redis Cluster hash slots
@@ -167,6 +170,21 @@ CATALOG_META = "{catalog}:meta"  # hash: version, prices_updated_at
 def cooldown(model: str) -> str:
     """Hash: strikes (consecutive upstream 429s), until_ms."""
     return "{m:" + model + "}:cooldown"
+
+
+ROUTE_HEALTH = ("{rt:", "}:health")
+KEY_POOL = ("{pk:", "}:keys")
+
+
+def route_health(model: str) -> str:
+    """Hash: a model's routes' health, `<provider>|<upstream model>:f` (failures in a row) and
+    `:u` (cold until, ms). Its own tag: only lua/route_health.lua touches it (docs/routes.md)."""
+    return ROUTE_HEALTH[0] + model + ROUTE_HEALTH[1]
+
+
+def key_pool(provider: str) -> str:
+    """Hash: a provider's pooled keys set aside, `<key variable>:u` → until, ms (never a key)."""
+    return KEY_POOL[0] + provider + KEY_POOL[1]
 
 
 def key_owner(key_id: str) -> str:
@@ -254,3 +272,78 @@ def console_session(session_hash: str) -> str:
     the SHA-256 of its id, holding the admin token encrypted under a key derived from that id.
     Its own slot; only single-key commands."""
     return "console:session:" + session_hash
+
+
+# ---- payments (upgate/payments/, docs/payments.md) --------------------------------------------
+# An order lives in its account's slot, so lua/credit.lua can mark it paid in the same atomic step
+# that credits the wallet. The lookups a callback or an operator needs (order id → account,
+# gateway authority → order) and the reconciler's to-do list carry their own tags and are only
+# touched by single-key commands: they point at the order, the order is the truth.
+
+def order(account_id: str, order_id: str) -> str:
+    """Hash: one top-up order: id, account_id, amount (micro-toman), gateway, status, authority,
+    ref (<gateway>:<authority>, the credit's ref), ref_id, card_pan, created_ms, paid_ms,
+    transaction_id, reason (why it failed)."""
+    return tag(account_id) + ":order:" + order_id
+
+
+def orders(account_id: str) -> str:
+    """Sorted set: the account's order ids scored by creation time (ms)."""
+    return tag(account_id) + ":orders"
+
+
+def order_owner(order_id: str) -> str:
+    """String: the account id of an order (`payments show ORDER_ID` finds its slot)."""
+    return "order:" + order_id
+
+
+def payment_authority(gateway: str, authority: str) -> str:
+    """String "<account_id>|<order_id>": the order a gateway's authority (Zibal: trackId) belongs
+    to. The gateway is part of the name: another gateway's callback never finds the order."""
+    return f"payauth:{gateway}:{authority}"
+
+
+PAYMENTS_ALL = "{payments}:orders"  # zset "<account>|<order>" → created ms (operator listing)
+PAYMENTS_OPEN = "{payments}:open"  # zset "<account>|<order>" → created ms: the reconciler's to-do
+PAYMENTS_LOCK = "{payments}:reconcile_lock"  # string: which node reconciles this minute
+
+
+def fake_bank(authority: str) -> str:
+    """Hash: the built-in `fake` gateway's side of one payment (amount, state, callback)."""
+    return "fakebank:" + authority
+
+
+# ---- the customer side: phones, sign-in codes, dashboard sessions ------------------------------
+# A phone's keys share the tag {p:<E.164>}, so lua/signin_issue.lua and lua/signin_verify.lua
+# touch one slot; an address's sign-in window has its own tag.
+
+def phone_tag(phone: str) -> str:
+    return "{p:" + phone + "}"
+
+
+def phone_owner(phone: str) -> str:
+    """String: the id of the one account with this canonical phone, or "*" when the phone is
+    shared by several accounts (found by `audit`; nobody signs in with it until resolved)."""
+    return phone_tag(phone) + ":account"
+
+
+def signin_code(phone: str) -> str:
+    """Hash, with a TTL of the code's life: the HMAC of the phone's current sign-in code, when
+    it was issued and expires (ms), the tries used."""
+    return phone_tag(phone) + ":code"
+
+
+def signin_sent(phone: str) -> str:
+    """Sorted set: when each code of the last hour was sent to this phone (ms), the hourly cap."""
+    return phone_tag(phone) + ":sent"
+
+
+def signin_address(address: str) -> str:
+    """Sorted set: when each code of the last hour was asked for from this client address (ms)."""
+    return "{signin:" + address + "}:sent"
+
+
+def dash_session(session_hash: str) -> str:
+    """Hash, with a TTL: one account holder's dashboard session (account_id, phone, created_at),
+    named by the SHA-256 of its random id, so the store never holds a usable cookie."""
+    return "dash:session:" + session_hash

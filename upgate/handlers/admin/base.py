@@ -16,26 +16,30 @@ from contextlib import contextmanager
 
 import orjson
 
-from upgate.services import accounts, admin_log, keys, records, transactions
+from upgate.services import accounts, admin_log, keys, records, routes, transactions
 from upgate.errors import GatewayError
 from upgate.handlers.admin.spec import READ_VERBS, Op
 from upgate.handlers.base import BaseHandler, NotFoundHandler
 from upgate.handlers.guard import UNAUTHENTICATED_BODY_MAX
+from upgate.payments import orders
 from upgate.webhooks import service as webhook_service
 
 log = logging.getLogger("upgate")
 
 
-NOT_FOUND = (accounts.UnknownAccount, keys.UnknownKey, records.UnknownRequest, webhook_service.UnknownEvent)
+NOT_FOUND = (accounts.UnknownAccount, keys.UnknownKey, records.UnknownRequest, webhook_service.UnknownEvent,
+             orders.UnknownOrder, routes.UnknownModel)
 
 
 def service_error(e: ValueError, param: str | None = None, force: bool = False) -> GatewayError:
     """The one place a service refusal becomes an API error. Unknown account, key, request or
-    failed webhook event → 404; a ref reused otherwise → 409; any other → 400 naming the field the service (or the
+    failed webhook event → 404; a ref reused otherwise or a phone in use → 409; any other → 400 naming the field the service (or the
     handler's `field` context) blamed."""
     message = str(e).strip().splitlines()[0] if str(e).strip() else None
     if isinstance(e, NOT_FOUND):
         return GatewayError("not_found", message)
+    if isinstance(e, accounts.PhoneInUse):
+        return GatewayError("phone_in_use", message, param="phone")
     if isinstance(e, transactions.IdempotencyConflict):
         return GatewayError("idempotency_conflict", message, param=getattr(e, "field", None) or "ref")
     blamed = param if force else getattr(e, "field", None) or param

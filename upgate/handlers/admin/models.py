@@ -11,6 +11,7 @@ from upgate.catalog import rules as catalog, store as catalog_store
 from upgate.errors import GatewayError
 from upgate.handlers.admin.base import AdminHandler
 from upgate.handlers.admin.spec import TIME, Op, nullable, obj, ref
+from upgate.services import routes
 
 
 def _read(client) -> bytes:
@@ -57,4 +58,15 @@ class ModelsHandler(AdminHandler):
         self.write_json(await self.call(_replace, text, set(self.ctx.providers)))
 
 
-HANDLERS = [ModelsHandler]
+class RoutesHandler(AdminHandler):
+    PATH = "/admin/v1/routes"
+    OPS = {"get": Op("Every route of the catalog in force (or of one model) with its shared health: "
+                     "state healthy or cold, cold_until, failures in a row (docs/routes.md).",
+                     obj({"routes": {"type": "array", "items": ref("Route")}}),
+                     query={"model": {"type": "string"}})}
+
+    async def get(self) -> None:
+        self.write_json(await self.call(routes.report, self.get_query_argument("model", None)))
+
+
+HANDLERS = [ModelsHandler, RoutesHandler]

@@ -74,7 +74,18 @@ COMPONENTS = {
         "transactions": {"type": "array", "items": ref("Transaction")},
         "days": {"type": "array", "items": obj({"day": JDAY, "requests": {"type": "integer"},
                                                 "charges_toman": MONEY})}}),
+    "Order": obj({
+        "id": {"type": "string", "examples": ["ord_5f2c9a0e4b1d7c3a9e8f6b2d"]}, "account_id": {"type": "string"},
+        "amount_toman": MONEY, "gateway": {"enum": ["zarinpal", "zibal", "fake"]},
+        "status": {"enum": ["pending", "paid", "failed", "expired"]},
+        "authority": nullable({"type": "string"}), "ref_id": nullable({"type": "string"}),
+        "card_pan": nullable({"type": "string", "examples": ["502229******5995"]}),
+        "created_at": TIME, "paid_at": nullable(TIME), "transaction_id": nullable({"type": "string"})}),
     "Model": {"type": "object", "required": ["id"], "properties": {"id": {"type": "string"}}},
+    "Route": obj({"model": {"type": "string"}, "provider": {"type": "string"},
+                  "upstream_model": {"type": "string"}, "priority": {"type": "integer"},
+                  "weight": {"type": "integer"}, "state": {"enum": ["healthy", "cold"]},
+                  "cold_until": nullable(TIME), "failures": {"type": "integer"}}),
     "AuditEntry": obj({"time": TIME, "actor": {"type": "string"}, "action": {"type": "string"},
                        "target": nullable({"type": "string"}), "detail": {"type": "object"}}),
 }
@@ -103,7 +114,7 @@ def tornado_pattern(path: str) -> str:
 
 
 _ERRORS = {400: "invalid_request (param names the field)", 401: "invalid_admin_token",
-           403: "read_only_token", 404: "not_found", 409: "idempotency_conflict",
+           403: "read_only_token", 404: "not_found", 409: "idempotency_conflict or phone_in_use",
            429: "admin_auth_throttled"}
 
 
