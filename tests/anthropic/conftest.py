@@ -34,6 +34,14 @@ cached_prompt_toman_per_million = "15000"
 cache_write_toman_per_million = "187500"
 capabilities = ["chat"]
 aliases = ["claude-3-5-haiku-20241022"]
+
+[[models]]
+id = "anthropic/claude-routed"
+routes = [{ provider = "dead", upstream_model = "dead-chat", priority = 0 },
+          { provider = "claude", upstream_model = "claude-sonnet-4-5-20250929", priority = 1 }]
+prompt_toman_per_million = "150000"
+completion_toman_per_million = "600000"
+capabilities = ["chat"]
 """
 # prompt 150,000 / completion 600,000 toman per million = 150,000 / 600,000 micro-toman a token
 PROMPT, COMPLETION, CACHED, WRITE = 150_000, 600_000, 15_000, 187_500

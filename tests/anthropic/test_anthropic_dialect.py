@@ -71,3 +71,20 @@ def test_aliases_resolve_on_every_route(claude_node, funded):
     with pytest.raises(openai.NotFoundError) as info:
         chat(claude_node, key).chat.completions.create(model="claude-sonnet-4-6", messages=HELLO)
     assert info.value.code == "model_not_found"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_route_of_another_dialect_takes_over(claude_node, redis_url, funded, stream):
+    """A model whose first route (an openai-dialect provider) is down fails over to its
+    anthropic-dialect route inside the same hold: each attempt speaks its own dialect."""
+    key, account_id, _ = funded
+    before = wallet(redis_url, account_id)
+    client = sdk(claude_node, key)
+    ask = dict(model="anthropic/claude-routed", max_tokens=100, messages=HELLO)
+    if stream:
+        with client.messages.stream(**ask) as s:
+            msg = s.get_final_message()
+    else:
+        msg = client.messages.create(**ask)
+    assert msg.content[0].text == FIVE
+    assert charged(redis_url, account_id, before) == 5 * PROMPT + 5 * COMPLETION
