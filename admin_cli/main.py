@@ -143,6 +143,26 @@ def _plain(value):
     return text
 
 
+# The admin log's detail uses the management API's field names whoever wrote it: a CLI
+# parameter is recorded under the API's name for it (a clearing flag as that field set to null).
+API_NAMES = {"amount": "amount_toman", "balance": "balance_toman", "rpm": "rate_limit_rpm",
+             "monthly_limit": "monthly_limit_toman", "expires": "expires_at", "n": "free_quota_per_day",
+             "every": "all"}
+CLEARS = {"no_monthly_limit": "monthly_limit_toman", "all_models": "allowed_models", "no_expiry": "expires_at"}
+COMMAND_NAMES = {"account set-low-balance": {"amount": "low_balance_toman"}}
+
+
+def _api_detail(path: str, params: dict) -> dict:
+    names = {**API_NAMES, **COMMAND_NAMES.get(path, {})}
+    out = {}
+    for name, value in params.items():
+        if name in CLEARS or (names.get(name) == "low_balance_toman" and str(value).strip().lower() == "off"):
+            out[CLEARS.get(name, "low_balance_toman")] = None
+        else:
+            out[names.get(name, name)] = _plain(value)
+    return out
+
+
 def _recorded(path: str, command: click.Command) -> None:
     """Wrap a write command's callback so a success is recorded in the admin log: the first
     argument as target, the other arguments and the options given as detail (ids, amounts,
@@ -157,8 +177,8 @@ def _recorded(path: str, command: click.Command) -> None:
             return rv
         from upgate.services import admin_log
 
-        detail = {n: _plain(params[n]) for n in names
-                  if n != first and params.get(n) not in (None, False, ())}
+        detail = _api_detail(path, {n: params[n] for n in names
+                                    if n != first and params.get(n) not in (None, False, ())})
         target = _plain(params[first]) if first else None
         try:
             admin_log.record(redis_client(), "cli", path, target, detail)

@@ -58,7 +58,12 @@ def acct(run):
 
 def test_create_json_shape_exactly(run, r):
     out = ok_json(run("account", "create", "--phone", "+989121234567", "--balance", "50000.5", "--json"))
-    assert list(out) == ["account_id"]
+    # the account object (OPERATORS.md), the CLI's older names beside it (never instead)
+    assert list(out) == ["id", "phone", "status", "balance_toman", "held_toman", "available_toman",
+                         "free_quota_per_day", "low_balance_toman", "created_at", "account_id",
+                         "phone_masked", "suspended", "free_quota", "free_quota_is_default",
+                         "free_used_today", "key_count"]
+    assert out["account_id"] == out["id"] and out["balance_toman"] == "50000.500000"
     assert r.hget(keyspace.wallet(out["account_id"]), "balance") == "50000500000"
     out = ok_json(run("--json", "account", "create", "--phone", "09120000000"))  # root-level --json
     assert r.hget(keyspace.wallet(out["account_id"]), "balance") == "0"
@@ -83,9 +88,10 @@ def test_topup_show_list(run, acct, r):
 
     show = ok_json(run("account", "show", acct, "--json"))
     assert show.pop("created_at").endswith("Z")
-    assert show == {"account_id": acct, "phone": "09121234567", "phone_masked": "0912***4567",
+    assert show == {"id": acct, "phone": "09121234567", "status": "active",
                     "balance_toman": "-750.000000", "held_toman": "1.000000",
-                    "available_toman": "-751.000000", "suspended": False, "free_quota": 50,
+                    "available_toman": "-751.000000", "free_quota_per_day": 50, "low_balance_toman": None,
+                    "account_id": acct, "phone_masked": "0912***4567", "suspended": False, "free_quota": 50,
                     "free_quota_is_default": True, "free_used_today": 0, "key_count": 0}
     table = run("account", "show", acct)
     assert table.exit_code == 0 and "-751.000000" in table.stdout and "50 (default)" in table.stdout
@@ -102,7 +108,9 @@ def test_suspend_resume_and_free_quota(run, acct, r, redis_url):
     p.subscribe(keyspace.CHANNEL)
     p.get_message(timeout=2)
 
-    assert ok_json(run("account", "suspend", acct, "--json")) == {"account_id": acct, "suspended": True, "changed": True}
+    out = ok_json(run("account", "suspend", acct, "--json"))
+    assert {k: out[k] for k in ("account_id", "suspended", "changed", "id", "status")} == {
+        "account_id": acct, "suspended": True, "changed": True, "id": acct, "status": "suspended"}
     assert r.hget(keyspace.wallet(acct), "suspended") == "1"
     msg = p.get_message(timeout=2)
     assert msg["type"] == "message" and json.loads(msg["data"]) == {"t": "account", "id": acct}
@@ -112,8 +120,9 @@ def test_suspend_resume_and_free_quota(run, acct, r, redis_url):
     assert ok_json(run("account", "resume", acct, "--json"))["suspended"] is False
     assert r.hget(keyspace.wallet(acct), "suspended") == "0"
 
-    assert ok_json(run("account", "set-free-quota", acct, "0", "--json")) == {
-        "account_id": acct, "free_quota": 0, "free_quota_is_default": False}
+    out = ok_json(run("account", "set-free-quota", acct, "0", "--json"))
+    assert {k: out[k] for k in ("account_id", "free_quota", "free_quota_is_default", "free_quota_per_day")} == {
+        "account_id": acct, "free_quota": 0, "free_quota_is_default": False, "free_quota_per_day": 0}
     assert r.hget(keyspace.wallet(acct), "free_quota") == "0"
     assert ok_json(run("account", "show", acct, "--json"))["free_quota"] == 0
     assert ok_json(run("account", "set-free-quota", acct, "default", "--json"))["free_quota_is_default"] is True
@@ -143,10 +152,10 @@ BAD = [
     (("account", "suspend", UNKNOWN), "unknown account"),
     (("account", "resume", "x"), "unknown account"),
     (("account", "set-free-quota", UNKNOWN, "5"), "unknown account"),
-    (("account", "set-free-quota", "{acct}", "-1"), "free quota"),
-    (("account", "set-free-quota", "{acct}", "abc"), "free quota"),
-    (("account", "set-free-quota", "{acct}", "1.5"), "free quota"),
-    (("account", "set-free-quota", "{acct}", "1000000001"), "free quota"),
+    (("account", "set-free-quota", "{acct}", "-1"), "free_quota_per_day"),
+    (("account", "set-free-quota", "{acct}", "abc"), "free_quota_per_day"),
+    (("account", "set-free-quota", "{acct}", "1.5"), "free_quota_per_day"),
+    (("account", "set-free-quota", "{acct}", "1000000001"), "free_quota_per_day"),
     (("account", "list", "--phone", "x"), "phone"),
 ]
 

@@ -38,7 +38,7 @@ from upgate.services.key_rules import (  # noqa: F401  (the rules are part of th
     ALPHABET, check_expires, check_models, check_monthly_limit, check_name, check_rpm, digest,
     display, generate, InvalidKeySetting, iso_ms, KEY_BODY_LENGTH, KEY_ID_SHAPE, KEY_LENGTH,
     KEY_PREFIX, KeyAdminError, KeyInfo, KeyRevoked, NAME_MAX, parse_expires, parse_models,
-    parse_rpm, PepperMissing, PREFIX_LENGTH, RPM_DEFAULT, RPM_MAX, RPM_MIN, state, UnknownKey,
+    parse_monthly_limit, parse_rpm, PepperMissing, PREFIX_LENGTH, RPM_DEFAULT, RPM_MAX, RPM_MIN, state, UnknownKey,
     view, well_formed,
 )
 
@@ -210,8 +210,11 @@ def list_keys(client, account_id: str) -> list[dict]:
     return out
 
 
-def to_json(v: dict) -> dict:
-    """A key view as JSON (`key list --json`): amounts as toman strings, times ISO 8601 UTC."""
+def key_object(v: dict) -> dict:
+    """THE key object (OPERATORS.md), from a key view: what the management API, the console
+    and `upgate-admin key … --json` all show. Amounts as toman strings, times ISO 8601 UTC;
+    `rate_limit_rpm` and `status` are the API's names, `rpm` and `state` stay beside them for
+    old scripts. Never the hash, never the full key."""
     limit = v["monthly_limit_micro"]
     return {
         "key_id": v["key_id"],
@@ -219,20 +222,49 @@ def to_json(v: dict) -> dict:
         "name": v["name"],
         "prefix": v["prefix"],
         "last4": v["last4"],
+        "rate_limit_rpm": v["rpm"],
         "rpm": v["rpm"],
         "monthly_limit_toman": money.fmt(limit) if limit is not None else None,
         "spent_this_month_toman": money.fmt(v["spent_this_month_micro"]),
         "held_toman": money.fmt(v["held_micro"]),
         "allowed_models": v["allowed_models"],
         "expires_at": iso_ms(v["expires_at_ms"]) if v["expires_at_ms"] is not None else None,
+        "status": v["state"],
         "state": v["state"],
         "created_at": jalali.utc_iso(v["created_at"]) if v["created_at"] else None,
     }
 
 
-def key_object(v: dict) -> dict:
-    """The management API's key object (OPERATORS.md): `to_json` plus `status`."""
-    return dict(to_json(v), status=v["state"])
+to_json = key_object  # the name `key list --json` used: one object, one function
+
+
+# ---- the key object for every face -----------------------------------------------------------
+
+def create(client, pepper: str, account_id: str, **settings) -> dict:
+    """Create a key (create_key) and answer its object with the full key under "key": the
+    only time it is shown."""
+    full, key_id, _prefix = create_key(client, pepper, account_id, **settings)
+    return dict(key_object(find_key(client, key_id)), key=full)
+
+
+def get(client, key_id: str) -> dict:
+    return key_object(find_key(client, key_id))
+
+
+def objects(client, account_id: str) -> list[dict]:
+    """Every key of the account as key objects, oldest first."""
+    return [key_object(v) for v in list_keys(client, account_id)]
+
+
+def update(client, key_id: str, **changes) -> dict:
+    """update_key, then the key object."""
+    return key_object(update_key(client, key_id, **changes))
+
+
+def revoke(client, key_id: str, *, account_id: str | None = None) -> tuple[dict, bool]:
+    """revoke_key; (the key object after it, whether it was live until now)."""
+    changed = revoke_key(client, key_id, account_id=account_id)
+    return get(client, key_id), changed
 
 
 __all__ = [
@@ -241,4 +273,5 @@ __all__ = [
     "KeyAdminError", "InvalidKeySetting", "UnknownKey", "KeyRevoked", "PepperMissing",
     "UnknownAccount", "check_rpm", "parse_rpm", "check_monthly_limit", "check_models",
     "parse_models", "check_expires", "parse_expires", "check_name", "state", "to_json", "key_object",
+    "create", "get", "objects", "update", "revoke", "parse_monthly_limit",
 ]

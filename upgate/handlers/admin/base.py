@@ -16,30 +16,24 @@ from contextlib import contextmanager
 
 import orjson
 
-from upgate.services import accounts, admin_log, keys, records, transactions
+from upgate.services import accounts, admin_log, refusals
 from upgate.errors import GatewayError
 from upgate.handlers.admin.spec import READ_VERBS, Op
 from upgate.handlers.base import BaseHandler, NotFoundHandler
 from upgate.handlers.guard import UNAUTHENTICATED_BODY_MAX
-from upgate.webhooks import service as webhook_service
 
 log = logging.getLogger("upgate")
 
 
-NOT_FOUND = (accounts.UnknownAccount, keys.UnknownKey, records.UnknownRequest, webhook_service.UnknownEvent)
-
-
 def service_error(e: ValueError, param: str | None = None, force: bool = False) -> GatewayError:
-    """The one place a service refusal becomes an API error. Unknown account, key, request or
-    failed webhook event → 404; a ref reused otherwise → 409; any other → 400 naming the field the service (or the
-    handler's `field` context) blamed."""
-    message = str(e).strip().splitlines()[0] if str(e).strip() else None
-    if isinstance(e, NOT_FOUND):
-        return GatewayError("not_found", message)
-    if isinstance(e, transactions.IdempotencyConflict):
-        return GatewayError("idempotency_conflict", message, param=getattr(e, "field", None) or "ref")
-    blamed = param if force else getattr(e, "field", None) or param
-    return GatewayError("invalid_request", message, param=blamed)
+    """The one place a service refusal becomes an API error, through the vocabulary every face
+    shares (upgate/services/refusals.py): its code and message, and the field the service (or
+    the handler's `field` context) blamed."""
+    r = refusals.refusal(e)
+    if r.code == "not_found":
+        return GatewayError(r.code, r.message or None)
+    blamed = param if force else r.field or param
+    return GatewayError(r.code, r.message or None, param=blamed)
 
 
 @contextmanager
