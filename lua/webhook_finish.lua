@@ -14,7 +14,9 @@
     ARGV[3] the failed record (JSON), or "" when delivered
     ARGV[4] failed_max
 
-  Output: 1 when the entry was still in the stream, 0 when another node finished it first
+  Output: {was, lost}: was = 1 when the entry was still in the stream, 0 when another node
+  finished it first; lost = how many of the oldest failed entries the cap pushed out (the
+  caller logs and counts them: nothing leaves the failed list unseen)
 ]]
 local stream, retry, attempts, failed = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local entry = ARGV[2]
@@ -22,8 +24,13 @@ rcall('XACK', stream, ARGV[1], entry)
 rcall('ZREM', retry, entry)
 rcall('HDEL', attempts, entry)
 local was = rcall('XDEL', stream, entry)
+local lost = 0
 if was == 1 and ARGV[3] ~= '' then
-  rcall('LPUSH', failed, ARGV[3])
-  rcall('LTRIM', failed, 0, tonumber(ARGV[4]) - 1)
+  local n = rcall('LPUSH', failed, ARGV[3])
+  local cap = tonumber(ARGV[4])
+  if n > cap then
+    lost = n - cap
+    rcall('LTRIM', failed, 0, cap - 1)
+  end
 end
-return was
+return {was, lost}

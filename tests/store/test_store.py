@@ -120,3 +120,28 @@ def test_a_burst_past_the_pool_waits_for_a_connection_instead_of_failing(redis_u
 
     got, opened, cap = asyncio.run(burst())
     assert sorted(got) == list(range(1, cap + 301)) and opened <= cap
+
+
+def test_a_reset_cluster_client_sends_a_burst_to_each_key_s_master(cluster_url):
+    """After a Cluster restart the async client is reset (no node map, no default node) and the
+    next requests arrive at once. redis-py 8.1 chose their node before rediscovering the
+    cluster: a random master, MOVED, and on every 5th MOVED it dropped every connection, the
+    ones the other requests were reading from included (ConnectionError, AttributeError)."""
+    import asyncio
+
+    sync = store.connect_sync(cluster_url)
+    keys = [f"burst:{i}" for i in range(96)]
+    for k in keys:
+        sync.set(k, k)
+    sync.close()
+
+    async def burst():
+        client = store.connect_async(cluster_url)
+        try:
+            await client.initialize()
+            await client.aclose()  # what an error during the restart leaves behind
+            return await asyncio.gather(*(client.get(k) for k in keys), return_exceptions=True)
+        finally:
+            await client.aclose()
+
+    assert asyncio.run(burst()) == [k.encode() for k in keys]

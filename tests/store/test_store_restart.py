@@ -1,6 +1,7 @@
 """After Redis restarts, no request fails on a connection opened before the restart (issue 21
-point 5): a real redis-server is killed and started again on its port and directory, and once
-it answers, a burst of requests through the gateway sees no 503."""
+point 5; the Cluster, issue 27): a real redis-server (or every node of a Cluster) is killed and
+started again on its port and directory, and once it answers, a burst of requests through the
+gateway sees only 200s."""
 from __future__ import annotations
 
 import time
@@ -61,12 +62,10 @@ def test_a_burst_after_a_redis_restart_gets_no_503(mock):
 
 
 @pytest.mark.cluster
-@pytest.mark.xfail(strict=False, reason=(
-    "Known gap, not yet fixed: redis-py's asyncio cluster client can hand a request a connection "
-    "it is still reconnecting after a restart (AttributeError on its writer, surfacing as 500/503); "
-    "the single-Redis retry in upgate/store/connection.py does not cover RedisCluster. Seen once in a clean "
-    "CI run, passing in the others."))
 def test_a_burst_after_a_cluster_restart_gets_no_503(redis_cluster, cluster_url, mock):
+    """As on one Redis: every request after the restart answers 200 (none 503, none 500).
+    The client comes back reset from the outage's errors; redis-py sent its first requests to
+    random masters and, at the 5th MOVED, dropped the connections the others were using."""
     load_catalog(cluster_url)
     key, _, _ = seed(cluster_url, balance="1000000", rpm=600)
     node = Node(settings_for(cluster_url), {"mock": mock.provider()})
@@ -75,6 +74,6 @@ def test_a_burst_after_a_cluster_restart_gets_no_503(redis_cluster, cluster_url,
         redis_cluster.stop()
         redis_cluster.restart()  # every node back on its port, with its data, cluster_state:ok
         codes = burst(node, key)
-        assert codes.count(503) == 0, codes
+        assert set(codes) == {200}, codes
     finally:
         node.close()

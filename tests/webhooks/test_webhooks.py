@@ -274,3 +274,24 @@ def test_a_node_delivers_and_counts_on_metrics(redis_url, receiver, make_node):
     text = httpx.get(node.url + "/metrics", timeout=5).text
     assert 'upgate_webhook_deliveries_total{outcome="delivered"} 1.0' in text
     assert 'upgate_webhook_deliveries_total{outcome="retried"} 1.0' in text
+
+
+def test_a_give_up_that_pushes_the_failed_list_past_its_cap_is_logged_and_counted(
+        redis_url, receiver, engines, monkeypatch, caplog):
+    """The failed list keeps FAILED_MAX entries; one that the cap pushes out is never silent."""
+    from upgate.webhooks import delivery
+
+    monkeypatch.setattr(delivery, "FAILED_MAX", 3)
+    receiver.status = 500
+    client = store.connect_sync(redis_url)
+    client.rpush(keyspace.WEBHOOK_FAILED, *[orjson.dumps({"old": i}) for i in range(3)])
+    acct = new_account(client)
+    accounts.suspend(client, acct)
+    engine = engines(fast(redis_url, receiver.url, webhook_retry_s=0.6))
+    with caplog.at_level("WARNING", logger="upgate"):
+        wait_for(lambda: engine.count("failed") >= 1, 15, "the event given up")
+        wait_for(lambda: engine.count("dropped") >= 1, 5, "the dropped entry counted")
+    assert engine.count("dropped") == 1
+    assert any("its 1 oldest entries were dropped" in r.getMessage() for r in caplog.records)
+    kept = [orjson.loads(x) for x in client.lrange(keyspace.WEBHOOK_FAILED, 0, -1)]
+    assert len(kept) == 3 and kept[0]["event"]["type"] == "account.suspended" and {"old": 2} not in kept

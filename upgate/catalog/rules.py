@@ -27,6 +27,9 @@ from upgate.errors import GatewayError
 MODEL_ID = re.compile(
     r"^(?!.*\.\.)[a-z0-9][a-z0-9._-]*(?:/[a-z0-9][a-z0-9._-]*)+(?::(?:free|batch|online))?$")
 MAX_ID_LENGTH = 200
+# Every node holds, indexes and renders the whole catalog (GET /v1/models, the console's page):
+# its size is a cost on every node, so it is bounded (OpenRouter's whole list is ~500 models).
+MAX_MODELS = 10_000
 
 CAPABILITIES = frozenset({"chat", "embeddings", "completions"})
 PRICE_FIELDS = ("prompt_toman_per_million", "completion_toman_per_million",
@@ -268,6 +271,8 @@ def validate(entries: list, provider_names: set[str] | None) -> list[Model]:
     ``models sync``'s); raise CatalogError at the first refused entry."""
     if not entries:
         raise CatalogError("no [[models]] entries: refusing to load an empty catalog")
+    if len(entries) > MAX_MODELS:
+        raise CatalogError(f"{len(entries)} models: a catalog holds at most {MAX_MODELS:,}")
     models: list[Model] = []
     first: dict[str, int] = {}
     for i, entry in enumerate(entries):

@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import re
 import secrets
-import time
 import urllib.parse
 
 import tornado.web
 
-from upgate.services import accounts, admin_log, keys, overview, transactions
+from upgate.services import accounts, admin_log, keys, transactions
 from upgate.console import charts, data, fmt, session
 from upgate.console.base import PREFIX, ConsoleHandler, log
 
@@ -92,14 +91,11 @@ class LogoutHandler(ConsoleHandler):
 
 class OverviewHandler(ConsoleHandler):
     async def get(self) -> None:
-        days = data.overview_days()
-        # the management API's cache of the overview (it reads every account's days): a
-        # dashboard and a console refreshing together read the store once per 30 s
-        cache, key = self.ctx.admin.cache, ("overview", days[0], days[-1])
-        hit = cache.get(key)
-        if hit is None or time.monotonic() - hit[0] > overview.CACHE_S:
-            hit = cache[key] = (time.monotonic(), await self.call(overview.overview, days))
-        self.render("overview.html", nav="overview", charts=charts, **hit[1], **data.node_health(self.ctx))
+        # the management API's overview, with its cache: a dashboard and a console refreshing
+        # together read the store once per 30 s
+        numbers = await self.ctx.admin.overview(data.overview_days())
+        health = await self.call(lambda _client: data.node_health(self.ctx))  # O(catalog): off the loop
+        await self.render_page("overview.html", nav="overview", charts=charts, **numbers, **health)
 
 
 class AccountsHandler(ConsoleHandler):
@@ -148,10 +144,10 @@ class AccountHandler(ConsoleHandler):
         self.set_status(status)
         typed = {k: self.get_body_argument(k, "") for k in self.request.body_arguments} if form else {}
         op = self.op() or fresh_op()
-        self.render("account.html", nav="accounts", charts=charts, message=message, form=form,
-                    typed=typed, target=self.target, new_key=new_key, op=op,
-                    ref=lambda which: money_ref(op, which), another=another,
-                    fresh_url=lambda: page_url(account_id, fresh_op()), **page)
+        await self.render_page("account.html", nav="accounts", charts=charts, message=message, form=form,
+                               typed=typed, target=self.target, new_key=new_key, op=op,
+                               ref=lambda which: money_ref(op, which), another=another,
+                               fresh_url=lambda: page_url(account_id, fresh_op()), **page)
 
 
 class WriteHandler(AccountHandler):
@@ -315,4 +311,4 @@ class ModelsHandler(ConsoleHandler):
         page = await self.call(data.models_page)
         ledger = self.ctx.ledger
         cold = {m["id"]: ledger.cold_until(m["id"]) for m in page["models"]}
-        self.render("models.html", nav="models", cold={k: v for k, v in cold.items() if v}, **page)
+        await self.render_page("models.html", nav="models", cold={k: v for k, v in cold.items() if v}, **page)

@@ -143,8 +143,9 @@ class BaseHandler(BodyGuard, tornado.web.RequestHandler):
         self._apply_rate()
 
     def write_json(self, obj, status: int = 200) -> None:
+        """`obj` as JSON; bytes are taken as JSON already encoded (off the loop, for big bodies)."""
         self.set_status(status)
-        self.finish(orjson.dumps(obj))
+        self.finish(obj if isinstance(obj, bytes) else orjson.dumps(obj))
 
     def write_error(self, status_code: int, **kwargs) -> None:
         exc = kwargs.get("exc_info", (None, None, None))[1]

@@ -1,8 +1,13 @@
 """What a gateway node keeps for the management API: the thread pool and sync client the
 service layer runs on, the admin-token cache, and the throttle on failed authentications.
 
-Nothing here runs on the client path: the pool and the client are made on the first admin
+Nothing here runs on the client path: the pools and the client are made on the first admin
 request, and the only other hook is `on_event`, called per pub/sub message.
+
+Two pools, so reads never block writes: `read` (GET pages and reports, whose cost the query
+decides: an overview reads every account's days) runs on its own workers, `call` (writes, the
+token check, the admin log) on others. A read-only token firing many distinct overviews fills
+only the read pool; a top-up still finds a free worker at once.
 
 Token cache: HMAC → (token, fetched at). An entry lives 60 s at most (its refresh also records
 the token's last use), and is dropped at once when a revocation is published — the same
@@ -32,12 +37,13 @@ TTL_S = 60.0
 BURST = 10
 REFILL_S = 6.0  # 10 failures a minute sustained, per address
 MAX_ADDRESSES = 10_000
+WORKERS = 4  # per pool (reads, writes)
 
 
 class AdminNode:
     def __init__(self, settings):
         self.settings = settings
-        self._executor: ThreadPoolExecutor | None = None
+        self._pools: dict[str, ThreadPoolExecutor] = {}
         self._client = None
         self._tokens: dict[str, tuple[AdminToken, float]] = {}
         self._generation = 0
@@ -46,6 +52,7 @@ class AdminNode:
         self._live_loading: asyncio.Future | None = None
         self._address = ClientAddress(settings.trusted_proxies)
         self.cache: dict = {}  # short-lived answers of costly reads (the overview)
+        self._overview_lock = asyncio.Lock()
 
     # ---- the service layer, off the event loop ----
 
@@ -55,17 +62,48 @@ class AdminNode:
             self._client = store.connect_sync(self.settings.redis_url)
         return self._client
 
-    async def call(self, fn, *args, **kwargs):
-        """Run a sync service function on the admin pool with the node's sync client."""
-        if self._executor is None:
-            self._executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="upgate-admin")
+    async def _run(self, pool: str, fn, args, kwargs):
+        if pool not in self._pools:
+            self._pools[pool] = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix=f"upgate-admin-{pool}")
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, lambda: fn(self.client, *args, **kwargs))
+        return await loop.run_in_executor(self._pools[pool], lambda: fn(self.client, *args, **kwargs))
+
+    async def call(self, fn, *args, **kwargs):
+        """Run a sync service function on the write pool with the node's sync client: writes,
+        token checks, the admin log — short calls that must never queue behind a report."""
+        return await self._run("write", fn, args, kwargs)
+
+    async def read(self, fn, *args, **kwargs):
+        """Run a sync read (a page, a report, a list) on the read pool: however many and however
+        costly, it never takes a worker from `call`."""
+        return await self._run("read", fn, args, kwargs)
+
+    async def overview(self, days: list[str]) -> dict:
+        """The overview of `days` (upgate/services/overview.py), reused for CACHE_S per range, and one
+        computed at a time: distinct ranges queue here instead of filling the read pool, so the
+        other reads (console pages, lists) keep their workers."""
+        from upgate.services import overview
+
+        key = ("overview", days[0], days[-1])
+
+        def fresh():
+            hit = self.cache.get(key)
+            return hit if hit is not None and time.monotonic() - hit[0] <= overview.CACHE_S else None
+        hit = fresh()
+        if hit is None:
+            async with self._overview_lock:
+                hit = fresh()  # (computed while this one waited its turn)
+                if hit is None:
+                    hit = (time.monotonic(), await self.read(overview.overview, days))
+                    if len(self.cache) > 64:
+                        self.cache.clear()
+                    self.cache[key] = hit
+        return hit[1]
 
     def close(self) -> None:
-        if self._executor is not None:
-            self._executor.shutdown(wait=False, cancel_futures=True)
-            self._executor = None
+        for pool in self._pools.values():
+            pool.shutdown(wait=False, cancel_futures=True)
+        self._pools.clear()
 
     # ---- tokens ----
 

@@ -81,6 +81,15 @@ def fetch(client, account_id: str, days: list[str]) -> dict[str, dict]:
     return dict(zip(days, pipe.execute()))
 
 
+def account_report(client, account_id: str, days: list[str], group_by: str) -> dict:
+    """GET /v1/svc/usage's and /admin/v1/accounts/{id}/usage's body (sync client, run on the
+    admin read pool: a year of an account with many keys and models is ~10^5 fields to sum,
+    which must not happen on the event loop)."""
+    out = report(fetch(client, account_id, days), group_by)
+    out.update({"account_id": account_id, "from": days[0], "to": days[-1], "group_by": group_by})
+    return out
+
+
 async def afetch(client, account_id: str, days: list[str]) -> dict[str, dict]:
     """The raw daily hashes, one pipeline of HGETALLs (async client: the usage endpoint)."""
     pipe = client.pipeline(transaction=False)

@@ -72,7 +72,10 @@ def connect_async(url: str):
     from redis.backoff import NoBackoff
 
     if is_cluster(url):
-        return _Cluster.from_url(cluster_seed(url), max_connections=512,
+        # reinitialize_steps=0: a MOVED moves its slot in the client's map (what it says); by
+        # default every 5th MOVED also drops every connection of the client, the ones other
+        # requests are using included, and those requests fail (docs/redis.md)
+        return _Cluster.from_url(cluster_seed(url), max_connections=512, reinitialize_steps=0,
                                               retry=Retry(NoBackoff(), 0), socket_timeout=5,
                                               socket_connect_timeout=2, driver_info=_driver_info())
     # A blocking pool: a burst of more requests than connections (thousands of streams opening
@@ -92,6 +95,15 @@ _FCALL = ("FCALL", "FCALL_RO")
 
 
 class _Cluster(aioredis.RedisCluster):
+    async def execute_command(self, *args, **kwargs):
+        # redis-py chooses a command's node before it (re)discovers the cluster, and without a
+        # default node (a new client, or one reset after an error: a Cluster restart) it sends a
+        # keyed command to a random master, which answers MOVED. Discover first: every command
+        # then goes to its slot's master. (Its pipelines already do this.)
+        if self._initialize:
+            await self.initialize()
+        return await super().execute_command(*args, **kwargs)
+
     async def _determine_slot(self, command: str, *args):
         if command.upper() in _FCALL:
             command = "EVALSHA"

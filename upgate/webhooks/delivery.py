@@ -234,10 +234,14 @@ class Delivery:
                                    "first_attempt_at": jalali.utc_iso(info["first"]),
                                    "last_attempt_at": jalali.utc_iso(now),
                                    "last_status": status, "last_error": error})
-            await self._finish(self.client, [*_KEYS, keyspace.WEBHOOK_FAILED],
-                               (keyspace.WEBHOOK_GROUP, entry, record, FAILED_MAX))
+            _, lost = await self._finish(self.client, [*_KEYS, keyspace.WEBHOOK_FAILED],
+                                         (keyspace.WEBHOOK_GROUP, entry, record, FAILED_MAX))
             await self.outbox.done(account_id, event_id)
             self._count("failed")
+            if int(lost):  # the failed list's cap pushed its oldest out: said, never silent
+                log.warning("webhooks: the failed list is full (%d kept): its %d oldest entries were dropped",
+                            FAILED_MAX, int(lost))
+                self._count("dropped", int(lost))
             log.warning("webhooks: gave up event %s (account %s) after %d attempts (%s)",
                         event_id, account_id, info["n"], why)
             return

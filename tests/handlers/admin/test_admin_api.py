@@ -359,7 +359,7 @@ def test_the_client_path_does_no_admin_work(api, node, redis_url):
     fresh_node_admin.close()
     fresh_node_admin._client = None
     assert chat(node, key).status_code == 200
-    assert fresh_node_admin._executor is None and fresh_node_admin._client is None
+    assert not fresh_node_admin._pools and fresh_node_admin._client is None
 
 
 def test_last_use_is_recorded(api, redis_url):

@@ -127,8 +127,11 @@ class AdminHandler(NoStore, BaseHandler):
             raise GatewayError("read_only_token")
 
     async def call(self, fn, *args, **kwargs):
-        """A sync service function on the admin pool (never on the event loop)."""
-        return await self.ctx.admin.call(fn, *args, **kwargs)
+        """A sync service function on the admin pools (never on the event loop): a read verb's
+        on the read pool, anything else on the write pool, so reads never hold up writes."""
+        node = self.ctx.admin
+        run = node.read if self.request.method in ("GET", "HEAD") else node.call
+        return await run(fn, *args, **kwargs)
 
     @property
     def actor(self) -> str:

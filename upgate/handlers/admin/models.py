@@ -4,6 +4,8 @@ Every call into the catalog (rules: upgate/catalog/rules.py; store: upgate/catal
 in the two functions below."""
 from __future__ import annotations
 
+import orjson
+
 from upgate.billing import jalali
 from upgate.catalog import rules as catalog, store as catalog_store
 from upgate.errors import GatewayError
@@ -11,12 +13,13 @@ from upgate.handlers.admin.base import AdminHandler
 from upgate.handlers.admin.spec import TIME, Op, nullable, obj, ref
 
 
-def _read(client) -> dict:
+def _read(client) -> bytes:
+    """Encoded here, on the read pool: 10,000 models are ~5 MB of JSON (~25 ms to encode)."""
     version, updated, items = catalog_store.read(client)
     created = int(updated or 0)
-    return {"data": [catalog.admin_record(m, created) for m in items], "version": version,
-            "prices_updated_at": jalali.utc_iso(updated) if updated else None,
-            "price_syncs": catalog_store.read_syncs(client)}
+    return orjson.dumps({"data": [catalog.admin_record(m, created) for m in items], "version": version,
+                         "prices_updated_at": jalali.utc_iso(updated) if updated else None,
+                         "price_syncs": catalog_store.read_syncs(client)})
 
 
 def _replace(client, text: str, provider_names: set[str]) -> dict:

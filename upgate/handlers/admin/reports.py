@@ -2,9 +2,7 @@
 account) and /admin/v1/overview (every account, per Jalali day)."""
 from __future__ import annotations
 
-import time
-
-from upgate.services import accounts, overview, usage
+from upgate.services import accounts, usage
 from upgate.errors import GatewayError
 from upgate.handlers.admin.base import AdminHandler
 from upgate.handlers.admin.spec import JDAY, MONEY, Op, obj
@@ -15,10 +13,7 @@ _ROW = {"requests": {"type": "integer"}, "prompt_tokens": {"type": "integer"},
 
 
 def _usage(client, account_id: str, days: list[str], group_by: str) -> dict:
-    acct = accounts.require_account(client, account_id)
-    report = usage.report(usage.fetch(client, acct, days), group_by)
-    report.update({"account_id": acct, "from": days[0], "to": days[-1], "group_by": group_by})
-    return report
+    return usage.account_report(client, accounts.require_account(client, account_id), days, group_by)
 
 
 class UsageHandler(AdminHandler):
@@ -49,14 +44,7 @@ class OverviewHandler(AdminHandler):
                      query={"from": JDAY, "to": JDAY})}
     async def get(self) -> None:
         days = parse_range(self.get_query_argument("from", None), self.get_query_argument("to", None))
-        cache, key = self.ctx.admin.cache, ("overview", days[0], days[-1])
-        hit = cache.get(key)
-        if hit is None or time.monotonic() - hit[0] > overview.CACHE_S:
-            hit = (time.monotonic(), await self.call(overview.overview, days))
-            if len(cache) > 64:
-                cache.clear()
-            cache[key] = hit
-        self.write_json(hit[1])
+        self.write_json(await self.ctx.admin.overview(days))
 
 
 HANDLERS = [UsageHandler, OverviewHandler]
