@@ -81,7 +81,7 @@ def _parse_settings(monthly_limit, allowed_models, rpm, expires) -> dict:
 
 @click.group()
 def key() -> None:
-    """API keys: create (shown once), update, revoke, list.
+    """API keys: create (shown once), update, revoke, list, show, find (by prefix).
 
     \b
     Example:
@@ -197,3 +197,39 @@ def list_(account_id: str, as_json: bool) -> None:
     for column in t.columns:  # ids and amounts must never be cut short with an ellipsis
         column.overflow = "fold"
     emit({"account_id": acct, "keys": rows}, table=t)
+
+
+@key.command("show")
+@click.argument("key_id")
+@json_option
+def show(key_id: str, as_json: bool) -> None:
+    """Show one key (the key object: prefix and last four, never the key).
+
+    \b
+    Example:
+      upgate-admin key show 9f2c4e1a0b3d5c7e --json
+    """
+    with refusals():
+        obj = keys.get(_client(), key_id)
+    emit(obj, table=kv_table(f"key {key_id}", obj))
+
+
+@key.command("find")
+@click.argument("prefix")
+@json_option
+def find(prefix: str, as_json: bool) -> None:
+    """Find keys by what a customer quotes of one: its prefix (sk-up-AbCd) or the shown form
+    (sk-up-AbCd…wxyz). Prefixes are not unique; reads every account's keys.
+
+    \b
+    Example:
+      upgate-admin key find sk-up-AbCd --json
+    """
+    with refusals():
+        rows = keys.find_by_prefix(_client(), prefix)
+    t = table(f"{len(rows)} keys", ["key id", "account", "name", "key", "state"],
+              [[k["key_id"], k["account_id"], k["name"], keys.display(k["prefix"], k["last4"]), k["status"]]
+               for k in rows])
+    for column in t.columns:
+        column.overflow = "fold"
+    emit({"keys": rows}, table=t)

@@ -128,7 +128,7 @@ _register()
 
 # ---- the admin log: every command that changes something is recorded, actor "cli" -------------
 
-READS = {"list", "show", "log", "transactions", "statement", "requests", "usage", "audit", "test", "failed"}
+READS = {"list", "show", "log", "transactions", "statement", "requests", "usage", "audit", "test", "failed", "find"}
 
 
 def _plain(value):

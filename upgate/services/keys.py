@@ -25,6 +25,7 @@ on ``keyspace.CHANNEL`` so every gateway node drops its cached entry at once.
 """
 from __future__ import annotations
 
+import re
 import secrets
 import time
 
@@ -238,6 +239,46 @@ def key_object(v: dict) -> dict:
 to_json = key_object  # the name `key list --json` used: one object, one function
 
 
+_PREFIX_QUERY = re.compile(r"(sk-up-[A-Za-z0-9]{4})(?:(?:…|\.\.\.)([A-Za-z0-9]{4}))?")
+
+
+def looks_like_prefix(text) -> bool:
+    """True for what an operator has of a key: its prefix (``sk-up-AbCd``), or how it is shown
+    (``sk-up-AbCd…wxyz``)."""
+    return isinstance(text, str) and _PREFIX_QUERY.fullmatch(text.strip()) is not None
+
+
+def find_by_prefix(client, text: str, batch: int = 500) -> list[dict]:
+    """The key objects whose prefix (and last four, when given) match, oldest first. Prefixes
+    are not unique (four random characters) and not indexed: this reads every account's key
+    set and each key's prefix, two round trips per `batch` accounts (an operator's search,
+    never a request's path)."""
+    m = _PREFIX_QUERY.fullmatch(text.strip()) if isinstance(text, str) else None
+    if m is None:
+        raise InvalidKeySetting(f"a key prefix looks like sk-up-AbCd (or sk-up-AbCd…wxyz), got {str(text)[:40]!r}")
+    prefix, last4 = m.group(1), m.group(2)
+    ids = sorted(store.text(a) for a in client.sscan_iter(keyspace.ACCOUNTS, count=1000))
+    found: list[tuple[str, str]] = []
+    for start in range(0, len(ids), batch):
+        chunk = ids[start:start + batch]
+        pipe = client.pipeline(transaction=False)
+        for acct in chunk:
+            pipe.smembers(keyspace.account_keys(acct))
+        pairs = [(acct, store.text(k)) for acct, kids in zip(chunk, pipe.execute()) for k in kids]
+        if not pairs:
+            continue
+        pipe = client.pipeline(transaction=False)
+        for acct, kid in pairs:
+            pipe.hmget(keyspace.key_record(acct, kid), "prefix", "last4")
+        for (acct, kid), (p, l4) in zip(pairs, pipe.execute()):
+            if p is not None and store.text(p) == prefix and (last4 is None or store.text(l4 or "") == last4):
+                found.append((acct, kid))
+    month = jalali.month_key()
+    out = [view(_record(client, acct, kid), month) for acct, kid in found]
+    out.sort(key=lambda v: (v["created_at"], v["key_id"]))
+    return [key_object(v) for v in out]
+
+
 # ---- the key object for every face -----------------------------------------------------------
 
 def create(client, pepper: str, account_id: str, **settings) -> dict:
@@ -273,5 +314,6 @@ __all__ = [
     "KeyAdminError", "InvalidKeySetting", "UnknownKey", "KeyRevoked", "PepperMissing",
     "UnknownAccount", "check_rpm", "parse_rpm", "check_monthly_limit", "check_models",
     "parse_models", "check_expires", "parse_expires", "check_name", "state", "to_json", "key_object",
-    "create", "get", "objects", "update", "revoke", "parse_monthly_limit",
+    "create", "get", "objects", "update", "revoke", "parse_monthly_limit", "find_by_prefix",
+    "looks_like_prefix",
 ]

@@ -61,7 +61,7 @@ def _authorized(verb: str, fn):
             raise
         except ValueError as e:
             raise service_error(e) from None
-        if op.auth and verb not in READ_VERBS and self.get_status() < 300:
+        if op.auth and verb not in READ_VERBS and self.get_status() < 300 and not self.unlogged:
             await self.log_write(args)
     run.admin_wrapped = True
     return run
@@ -89,6 +89,7 @@ class AdminHandler(NoStore, BaseHandler):
     token = None  # the AdminToken once authorized
     log_detail: dict | None = None  # what the admin log keeps of this write (set by the verb)
     log_target: str | None = None  # the id acted on, when the path does not carry it (a new account)
+    unlogged = False  # set by a verb that turned out to write nothing (a dry run)
 
     def __init_subclass__(cls, **kw):
         super().__init_subclass__(**kw)

@@ -83,4 +83,19 @@ class KeyHandler(_Base):
         self.write_json((await self.call(keys.revoke, key_id))[0])
 
 
-HANDLERS = [AccountKeysHandler, KeyHandler]
+class KeysHandler(_Base):
+    PATH = "/admin/v1/keys"
+    OPS = {"get": Op("Find keys by what an operator has of one: ?prefix=sk-up-AbCd (or the shown "
+                     "form sk-up-AbCd…wxyz). Prefixes are not unique; reads every account's keys.",
+                     data_of("Key"), query={"prefix": {"type": "string"}})}
+
+    async def get(self) -> None:
+        prefix = self.get_query_argument("prefix", None)
+        if prefix is None:
+            raise GatewayError("invalid_request", "prefix is required (like sk-up-AbCd).", param="prefix")
+        with field("prefix", parsing=True):
+            found = await self.call(keys.find_by_prefix, prefix)
+        self.write_json({"data": found})
+
+
+HANDLERS = [AccountKeysHandler, KeysHandler, KeyHandler]
