@@ -28,10 +28,14 @@ def _by_day(days: list[str], report: dict) -> list[dict]:
 
 
 def find_accounts(client, q: str) -> list[dict]:
-    """An account id (exact) or a phone number → the matching accounts (`accounts.show` views)."""
+    """An account id (exact), a phone number or a key's prefix (sk-up-AbCd, or sk-up-AbCd…wxyz)
+    → the matching accounts (`accounts.show` views)."""
     q = (q or "").strip()
     if not q:
         return []
+    if keys.looks_like_prefix(q):
+        owners = dict.fromkeys(k["account_id"] for k in keys.find_by_prefix(client, q))
+        return [accounts.show(client, acct) for acct in owners]
     try:
         acct = accounts.normalize_id(q)
     except accounts.UnknownAccount:  # not an id: a phone number, or a refusal naming the phone
@@ -39,7 +43,12 @@ def find_accounts(client, q: str) -> list[dict]:
     return [accounts.show(client, acct)]
 
 
-def account_page(client, account_id: str, month: str | None = None) -> dict:
+def is_request_id(q: str) -> bool:
+    """What the search box sends to a request's record: an id as X-Svc-Request-Id carries it."""
+    return (q or "").strip().startswith("req_")
+
+
+def account_page(client, account_id: str, month: str | None, default_quota: int) -> dict:
     view = accounts.show(client, account_id)
     acct = view["account_id"]
     month = month or jalali.month_key()
@@ -55,6 +64,11 @@ def account_page(client, account_id: str, month: str | None = None) -> dict:
         "statement": statements.statement(client, acct, month),
         "requests": records.list_requests(client, acct, limit=REQUESTS_SHOWN),
     }
+    # the objects this page is drawn from, as the API and `upgate-admin --json` show them (one
+    # function per noun): published in the page as data (objects.html), shown by nothing else
+    out["objects"] = {"account": accounts.account_object(view, default_quota),
+                      "keys": [keys.key_object(k) for k in out["keys"]],
+                      "transactions": out["transactions"], "requests": out["requests"]}
     return out
 
 

@@ -13,7 +13,8 @@ import urllib.parse
 
 import tornado.web
 
-from upgate.services import accounts, admin_log, keys, transactions
+from upgate.errors import CODES
+from upgate.services import accounts, admin_log, keys, refusals, transactions
 from upgate.console import charts, data, fmt, session
 from upgate.console.base import PREFIX, ConsoleHandler, log
 
@@ -48,6 +49,21 @@ def _safe_next(target: str | None) -> str:
     if any(urllib.parse.unquote(seg) in (".", "..") for seg in path.split("/")):
         return PREFIX + "/"
     return target
+
+
+def refusal_status(e: ValueError) -> int:
+    """The status a refusal answers with: its code's, as on the management API."""
+    return CODES[refusals.refusal(e).code].status
+
+
+async def log_console_write(handler: ConsoleHandler, action: str, target: str | None, detail: dict) -> None:
+    """The admin log, as the management API writes it: actor = the admin token's name, action =
+    the console's route, detail under the API's field names. A failure is logged, the write stands."""
+    try:
+        await handler.call(admin_log.record, handler.who.name, action, target, detail)
+    except Exception as e:  # the store went away between the write and its entry
+        log.warning("console write by %s not recorded in the admin log: %s (%s)", handler.who.name,
+                    action, type(e).__name__)
 
 
 class LoginHandler(ConsoleHandler):
@@ -99,8 +115,19 @@ class OverviewHandler(ConsoleHandler):
 
 
 class AccountsHandler(ConsoleHandler):
+    """GET: find accounts (a phone, an account id, a key prefix; a request id opens its record).
+    POST: create an account (phone only: its money comes through the top-up form, whose ref
+    makes a second submission a replay; an opening balance here would have none)."""
+
+    @property
+    def writes(self) -> bool:
+        return self.request.method == "POST"
+
     async def get(self) -> None:
         q = self.get_query_argument("q", "").strip()
+        if data.is_request_id(q):
+            self.redirect(f"{PREFIX}/requests/{urllib.parse.quote(q, safe='')}", status=303)
+            return
         found, message = [], None
         try:
             found = await self.call(data.find_accounts, q)
@@ -108,8 +135,26 @@ class AccountsHandler(ConsoleHandler):
             message = str(e)
         if q and not found and message is None:
             message = f"No account matches {q!r}."
-        self.render("accounts.html", nav="accounts", q=q, found=found, message=message,
+        if len(found) == 1 and keys.looks_like_prefix(q):  # a key's prefix opens its account
+            self.redirect(page_url(found[0]["account_id"], fresh_op()), status=303)
+            return
+        self.render("accounts.html", nav="accounts", q=q, found=found, message=message, created=None,
                     account_url=lambda account_id: page_url(account_id, fresh_op()))
+
+    async def post(self) -> None:
+        phone = self.get_body_argument("phone", "").strip()
+        try:
+            made = await self.call(accounts.create, phone, 0, self.ctx.settings.free_quota_default,
+                                   actor=self.who.name)
+        except ValueError as e:
+            self.set_status(refusal_status(e))
+            self.render("accounts.html", nav="accounts", q="", found=[], message=None,
+                        created={"phone": phone, "message": refusals.refusal(e).message},
+                        account_url=lambda account_id: page_url(account_id, fresh_op()))
+            return
+        await log_console_write(self, "POST /admin/accounts", made["id"], {"phone": phone})
+        self.flash(f"Account {made['id']} created; top it up below.")
+        self.redirect(page_url(made["id"], fresh_op()) + "#topup", status=303)
 
 
 class AccountHandler(ConsoleHandler):
@@ -135,11 +180,11 @@ class AccountHandler(ConsoleHandler):
                    new_key: dict | None = None, status: int = 200, another: str | None = None) -> None:
         month = self.get_query_argument("month", None) or None
         try:
-            page = await self.call(data.account_page, account_id, month)
+            page = await self.call(data.account_page, account_id, month, self.ctx.settings.free_quota_default)
         except accounts.UnknownAccount as e:
             raise tornado.web.HTTPError(404, str(e)) from None
         except ValueError as e:  # a malformed ?month=
-            page = await self.call(data.account_page, account_id, None)
+            page = await self.call(data.account_page, account_id, None, self.ctx.settings.free_quota_default)
             message, form = str(e), "month"
         self.set_status(status)
         typed = {k: self.get_body_argument(k, "") for k in self.request.body_arguments} if form else {}
@@ -156,7 +201,7 @@ class WriteHandler(AccountHandler):
     form = ""  # which form a refusal is shown at (with its typed values)
 
     logged = ("amount_toman", "ref", "note", "name", "rate_limit_rpm", "monthly_limit_toman",
-              "allowed_models", "expires_at")  # never a key or a token
+              "allowed_models", "expires_at", "free_quota_per_day", "low_balance_toman")  # never a key or a token
 
     # Not named `record`: on a handler that is the billable request's record, which the access
     # log and metrics read (metrics.observe).
@@ -168,11 +213,7 @@ class WriteHandler(AccountHandler):
         if self.anchor == "keys" and self.target:
             action = action.replace(self.target, "{key_id}", 1)
             detail["key_id"] = self.target
-        try:
-            await self.call(admin_log.record, self.who.name, action, account_id, detail)
-        except Exception as e:  # the store went away between the write and its entry
-            log.warning("console write by %s not recorded in the admin log: %s (%s)", self.who.name,
-                        action, type(e).__name__)
+        await log_console_write(self, action, account_id, detail)
 
     @property
     def anchor(self) -> str:
@@ -189,8 +230,8 @@ class WriteHandler(AccountHandler):
             raise tornado.web.HTTPError(404, str(e)) from None
         except ValueError as e:
             conflict = isinstance(e, transactions.IdempotencyConflict)
-            await self.show(account_id, message=str(e), form=self.form, status=409 if conflict else 400,
-                            another=self.form if conflict else None)
+            await self.show(account_id, message=refusals.refusal(e).message, form=self.form,
+                            status=refusal_status(e), another=self.form if conflict else None)
             return
         await self.log_write(account_id)
         await self.answer(account_id, done)
@@ -294,6 +335,21 @@ class SuspendHandler(WriteHandler):
         return "Account resumed." if accounts.resume(client, account_id) else "It was not suspended."
 
 
+class SettingsHandler(WriteHandler):
+    """The account's settings as PATCH /admin/v1/accounts/{id} changes them: the daily free
+    quota (blank or `default`: the deployment's) and the low-balance alert (blank or `off`: none)."""
+
+    form = "settings"
+
+    def act(self, client, account_id: str) -> str:
+        quota = accounts.parse_free_quota(self.arg("free_quota_per_day") or "default")
+        low = accounts.parse_low_balance(self.arg("low_balance_toman"))
+        obj = accounts.patch(client, account_id, self.ctx.settings.free_quota_default, free_quota=quota,
+                             low_balance_micro=low)
+        alert = f"below {fmt.toman(obj['low_balance_toman'])} toman" if obj["low_balance_toman"] else "off"
+        return f"Settings saved: {obj['free_quota_per_day']} free requests a day; low-balance alert {alert}."
+
+
 class StatementCsvHandler(ConsoleHandler):
     async def get(self, account_id: str) -> None:
         try:
@@ -311,4 +367,7 @@ class ModelsHandler(ConsoleHandler):
         page = await self.call(data.models_page)
         ledger = self.ctx.ledger
         cold = {m["id"]: ledger.cold_until(m["id"]) for m in page["models"]}
-        await self.render_page("models.html", nav="models", cold={k: v for k, v in cold.items() if v}, **page)
+        sync = {"typed": {"markup": "1", "max_change": "30%", "dry_run": True}, "outcome": None, "message": None,
+                "providers": sorted(self.ctx.providers)}
+        await self.render_page("models.html", nav="models", cold={k: v for k, v in cold.items() if v}, sync=sync,
+                               **page)
