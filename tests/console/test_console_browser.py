@@ -112,7 +112,7 @@ def test_sign_in_search_and_keys_end_to_end(console, node, redis_url):
     assert page.get_by_role("heading", name="Overview").is_visible()
 
     page.get_by_role("link", name="Accounts").click()
-    page.get_by_label("Phone number or account id").fill("09127654321")
+    page.get_by_label("Phone number, account id").fill("09127654321")
     page.get_by_role("button", name="Find").click()
     page.get_by_role("link", name=account_id).click()
     page.wait_for_url(f"**/admin/accounts/{account_id}?op=*")  # its own address: see test_console_money_browser
