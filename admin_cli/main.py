@@ -22,7 +22,8 @@ DEFAULT_URL = "redis://127.0.0.1:6379/0"
 
 
 # Commands that only read: every other one writes, and refuses a store that may evict keys
-READ_ONLY = frozenset(("show", "list", "usage", "statement", "transactions", "audit", "requests", "find"))
+READ_ONLY = frozenset(("show", "list", "usage", "statement", "transactions", "audit", "requests", "find",
+                       "overview"))
 
 
 def redis_client():
@@ -111,7 +112,7 @@ def _register() -> None:
     import importlib
 
     for name, attrs in (("account", ("account",)), ("key", ("key",)), ("models", ("models",)),
-                        ("usage", ("usage",)), ("audit", ("audit",)), ("requests", ("requests", "request")),
+                        ("usage", ("usage",)), ("overview", ("overview",)), ("audit", ("audit",)), ("requests", ("requests", "request")),
                         ("admin_token", ("admin_token",)), ("webhook", ("webhook",))):
         try:
             mod = importlib.import_module(f"admin_cli.{name}")
@@ -128,7 +129,8 @@ _register()
 
 # ---- the admin log: every command that changes something is recorded, actor "cli" -------------
 
-READS = {"list", "show", "log", "transactions", "statement", "requests", "usage", "audit", "test", "failed", "find"}
+READS = {"list", "show", "log", "transactions", "statement", "requests", "usage", "audit", "test", "failed", "find",
+         "overview"}
 
 
 def _plain(value):

@@ -70,9 +70,8 @@ ACTIONS = {
                     "form stops at 64 KB (no one without a session may make a node hold more), and "
                     "PUT /admin/v1/models takes the file from a script"),
     "models.sync": (("prices.sync",), "models sync", "POST /admin/v1/models/sync", "POST /admin/models/sync"),
-    "overview": (("overview.overview", "overview.topups", "usage.overview"),
-                 "absent: the overview is charts of every account per day, for a screen; a script reads "
-                 "GET /admin/v1/overview", "GET /admin/v1/overview", "GET /admin/"),
+    "overview": (("overview.overview", "overview.topups", "usage.overview"), "overview",
+                 "GET /admin/v1/overview", "GET /admin/"),
     "audit": (("audit.run",), "audit", "GET /admin/v1/audit", "GET /admin/audit"),
     "admin_log.read": (("admin_log.read",), "admin-token log", "GET /admin/v1/audit-log", "GET /admin/audit"),
     "webhook.failed": (("service.list_failed",), "webhook failed", "GET /admin/v1/webhooks/failed",
