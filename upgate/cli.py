@@ -114,9 +114,6 @@ def serve(port: int | None, host: str, processes: int | None, insecure_dev: bool
                                        "pass --insecure-dev only for local development")
         settings = settings.with_(key_pepper=DEV_PEPPER)
     _check_redis_url(settings.redis_url)
-    if settings.topup_url_is_placeholder:  # every 402 would send customers to a dead address
-        logging.getLogger("upgate").warning("UPGATE_TOPUP_URL is not set: 402 answers give customers the "
-                                            "placeholder %s as where to top up", settings.topup_url)
     processes = _processes(processes)
     try:
         providers = load_providers(settings.providers_path)

@@ -137,6 +137,9 @@ def run(settings: Settings, providers: dict, port: int, processes: int, host: st
     check_store(settings.redis_url)
     log.info("listening on %s%s", address(host, sockets),
              f" ({processes} worker processes)" if processes > 1 else "")
+    if settings.topup_url_is_placeholder:  # every 402 would send customers to a dead address
+        log.warning("UPGATE_TOPUP_URL is not set: 402 answers give customers the placeholder %s as "
+                    "where to top up", settings.topup_url)
     if processes > 1:
         _prefork(processes)
     use_uvloop()

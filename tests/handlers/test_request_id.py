@@ -39,7 +39,7 @@ def test_the_openai_client_reads_our_request_id(node, redis_url):
     ("GET", "/v1/no-such-route", {}, None, 404),
     ("DELETE", "/nowhere", {}, None, 404),
     ("POST", "/v1/chat/completions", {"Authorization": "Bearer sk-wrong"}, b"{}", 401),
-    ("POST", "/v1/chat/completions", {"Content-Length": str(21 * 1024 * 1024)}, None, 413),
+    ("POST", "/v1/chat/completions", {"Content-Length": str(21 * 1024 * 1024)}, None, 401),  # the key first
     ("GET", "/v1/models", {}, None, 200),
 ])
 def test_every_response_carries_the_same_id_twice(node, method, path, headers, body, status):
