@@ -272,6 +272,15 @@ def resume(account_id: str, as_json: bool) -> None:
     _suspension(account_id, False)
 
 
+def _patch(account_id: str, **changes) -> dict:
+    """accounts.patch with each setting's operator text parsed by its service rule
+    (`name=(parse, text)`): the account object after it, old names beside."""
+    default_quota = _free_quota_default()
+    with refusals():
+        parsed = {name: parse(text) for name, (parse, text) in changes.items()}
+        return accounts.patch(_client(), accounts.normalize_id(account_id), default_quota, old_names=True, **parsed)
+
+
 @account.command("set-free-quota", context_settings={"ignore_unknown_options": True})
 @click.argument("account_id")
 @click.argument("n")
@@ -286,13 +295,9 @@ def set_free_quota(account_id: str, n: str, as_json: bool) -> None:
       upgate-admin account set-free-quota 2f0c6a1e-… 200
       upgate-admin account set-free-quota 2f0c6a1e-… default
     """
-    default_quota = _free_quota_default()
-    with refusals():
-        quota = accounts.parse_free_quota(n)
-        acct = accounts.normalize_id(account_id)
-        obj = accounts.patch(_client(), acct, default_quota, free_quota=quota, old_names=True)
-    emit(obj, message=f"account {acct}: free quota {obj['free_quota_per_day']} requests per day"
-                      + (" (the default)" if quota is None else ""))
+    obj = _patch(account_id, free_quota=(accounts.parse_free_quota, n))
+    emit(obj, message=f"account {obj['id']}: free quota {obj['free_quota_per_day']} requests per day"
+                      + (" (the default)" if obj["free_quota_is_default"] else ""))
 
 
 @account.command("set-low-balance", context_settings={"ignore_unknown_options": True})
@@ -308,14 +313,10 @@ def set_low_balance(account_id: str, amount: str, as_json: bool) -> None:
       upgate-admin account set-low-balance 2f0c6a1e-… 20000
       upgate-admin account set-low-balance 2f0c6a1e-… off
     """
-    default_quota = _free_quota_default()
-    with refusals():
-        micro = accounts.parse_low_balance(amount)
-        acct = accounts.normalize_id(account_id)
-        obj = accounts.patch(_client(), acct, default_quota, low_balance_micro=micro, old_names=True)
+    obj = _patch(account_id, low_balance_micro=(accounts.parse_low_balance, amount))
     low = obj["low_balance_toman"]
-    emit(obj, message=f"account {acct}: " + (f"low-balance alert below {low} toman" if low is not None
-                                             else "no low-balance alert"))
+    emit(obj, message=f"account {obj['id']}: " + (f"low-balance alert below {low} toman" if low is not None
+                                                  else "no low-balance alert"))
 
 
 @account.command("statement")

@@ -135,14 +135,10 @@ READS = {"list", "show", "log", "transactions", "statement", "requests", "usage"
 
 def _plain(value):
     """A parameter as the log keeps it: a URL loses its query and credentials (a source may
-    carry a token in either)."""
-    text = str(value)
-    if "://" in text:
-        from urllib.parse import urlsplit
+    carry a token in either), as the API's and the console's entries do."""
+    from upgate.services.prices import shown_source
 
-        u = urlsplit(text)
-        return f"{u.scheme}://{u.hostname or ''}{u.path}"
-    return text
+    return shown_source(value)
 
 
 # The admin log's detail uses the management API's field names whoever wrote it: a CLI

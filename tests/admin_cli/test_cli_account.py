@@ -211,3 +211,20 @@ def test_console_script_end_to_end(redis_url, r):
     res = subprocess.run([sys.executable, "-m", "admin_cli", "account", "show", acct, "--json"],
                          env=env, capture_output=True, text=True, timeout=60)
     assert res.returncode == 0 and json.loads(res.stdout)["balance_toman"] == "-0.500000"
+
+
+def test_set_low_balance_sets_clears_and_logs_the_api_names(run, acct, r, redis_url):
+    out = ok_json(run("account", "set-low-balance", acct, "20000.5", "--json"))
+    assert out["low_balance_toman"] == "20000.500000" and out["id"] == out["account_id"] == acct
+    assert r.hget(keyspace.wallet(acct), "low_balance") == "20000500000"
+    assert ok_json(run("account", "show", acct, "--json"))["low_balance_toman"] == "20000.500000"
+    out = ok_json(run("account", "set-low-balance", acct, "off", "--json"))
+    assert out["low_balance_toman"] is None and not r.hexists(keyspace.wallet(acct), "low_balance")
+    before = snapshot(redis_url)
+    refused(run("account", "set-low-balance", acct, "-5"), "low_balance_toman")
+    refused(run("account", "set-low-balance", UNKNOWN, "5"), "unknown account")
+    assert snapshot(redis_url) == before  # refused: nothing written, not even the admin log
+    from upgate.services import admin_log
+    entries = admin_log.read(r, 2)
+    assert [e["detail"] for e in entries] == [{"low_balance_toman": None}, {"low_balance_toman": "20000.5"}]
+    assert entries[0]["action"] == "account set-low-balance" and entries[0]["target"] == acct

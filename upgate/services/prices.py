@@ -57,6 +57,7 @@ def shown_source(source) -> str:
 
     try:
         u = urlsplit(text)
-        return f"{u.scheme}://{u.hostname or ''}{u.path}"
+        port = f":{u.port}" if u.port else ""
+        return f"{u.scheme}://{u.hostname or ''}{port}{u.path}"
     except ValueError:
         return "(a malformed URL)"
