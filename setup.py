@@ -18,7 +18,9 @@ setup(
     packages=find_packages(include=["upgate", "upgate.*", "admin_cli"]) + ["upgate.lua"],
     package_dir={"upgate.lua": "lua"},
     package_data={"upgate.lua": ["*.lua"], "upgate": ["*.toml"],
-                  "upgate.console": ["templates/*.html", "static/*.css"]},  # the console's pages
+                  "upgate.console": ["templates/*.html", "static/*.css"],  # the console's pages
+                  "upgate.dashboard": ["templates/*.html", "static/*.css", "static/*.js"],
+                  "upgate.i18n": ["locale/*.csv"]},
     install_requires=[
         "tornado>=6.4",
         "pycurl>=7.45",

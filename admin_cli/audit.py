@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import click
 
-from admin_cli.output import Refused, emit, json_option, table
+from admin_cli.output import Refused, emit, json_option, table, warn
 
 
 @click.command()
@@ -26,6 +26,8 @@ def audit(deep: bool, as_json: bool) -> None:
               ["account id", "balance", "expected"],
               [[m["account_id"], m["balance_toman"], m["expected_toman"]] for m in bad])
     emit(result, table=t)
+    for d in result["duplicate_phones"]:  # none of them signs in to the dashboard until resolved
+        warn(f"phone {d['phone']} is shared by accounts {', '.join(d['account_ids'])}")
     if bad:
         names = ", ".join(m["account_id"] for m in bad[:10]) + (" …" if len(bad) > 10 else "")
         raise Refused(f"{len(bad)} accounts do not add up: {names}")

@@ -47,8 +47,10 @@ class Admin:
     def delete(self, path, **kw):
         return self.request("DELETE", path, **kw)
 
-    def account(self, phone: str = "09121234567", balance: str = "1000") -> dict:
-        resp = self.post("/accounts", json={"phone": phone, "balance_toman": balance})
+    def account(self, phone: str | None = None, balance: str = "1000") -> dict:
+        from tests.gateway import fresh_phone
+
+        resp = self.post("/accounts", json={"phone": phone or fresh_phone(), "balance_toman": balance})
         assert resp.status_code == 201, resp.text
         return resp.json()
 

@@ -81,10 +81,17 @@ class Node:
             self.thread.close()
 
 
-def seed(redis_url: str, *, balance: str = "1000", phone: str = "09121234567", **key_opts):
+def fresh_phone() -> str:
+    """A mobile number no other test account has (a phone belongs to one account)."""
+    import secrets
+
+    return "0912" + "".join(secrets.choice("0123456789") for _ in range(7))
+
+
+def seed(redis_url: str, *, balance: str = "1000", phone: str | None = None, **key_opts):
     """A funded account and one key: returns (full key, account id, key id)."""
     client = store.connect_sync(redis_url)
-    account_id = accounts.create_account(client, phone, money.parse_toman(balance))
+    account_id = accounts.create_account(client, phone or fresh_phone(), money.parse_toman(balance))
     key, key_id, _ = keys.create_key(client, PEPPER, account_id, **key_opts)
     return key, account_id, key_id
 

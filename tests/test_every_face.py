@@ -29,7 +29,8 @@ NO_TOKENS = ("absent: admin tokens are the credential of the API and the console
 ACTIONS = {
     "account.create": (("accounts.create", "accounts.create_account"), "account create",
                        "POST /admin/v1/accounts", "POST /admin/accounts"),
-    "account.list": (("accounts.objects_page", "accounts.page", "accounts.list_accounts"), "account list",
+    "account.list": (("accounts.objects_page", "accounts.page", "accounts.list_accounts", "account_list.browse"),
+                     "account list",
                      "GET /admin/v1/accounts", "GET /admin/accounts"),
     "account.show": (("accounts.get", "accounts.show"), "account show", "GET /admin/v1/accounts/{id}",
                      "GET " + ACCOUNT),
@@ -94,6 +95,19 @@ PLUMBING = {
     "admin_tokens.live_hashes": "how the API and the console authenticate",
     "transactions.migrate": "the audit runs it on an account from before transactions",
     "usage.afetch": "the async read of GET /v1/svc/usage (the key holder's)",
+    "account_list.backfill": "keeps the accounts list's time index whole (run by the listing)",
+    "account_list.spent_this_month": "a column of the accounts list",
+    "phone_index.claim": "part of creating an account (a phone belongs to one account)",
+    "phone_index.owner": "how a phone is looked up (search, sign-in)",
+    "phone_index.rebuild": "the audit runs it on accounts from before the phone index",
+    "records.find_own": "the account holder's own request (the dashboard), not the operator's",
+    "dash_sessions.open_session": "the account holder's dashboard session",
+    "dash_sessions.current": "the account holder's dashboard session",
+    "dash_sessions.close": "the account holder's dashboard session",
+    "signin.issue": "the account holder's sign-in by SMS code (the dashboard)",
+    "signin.check": "the account holder's sign-in by SMS code (the dashboard)",
+    "signin.account_for": "the account holder's sign-in by SMS code (the dashboard)",
+    "signin.withdraw": "the account holder's sign-in by SMS code (the dashboard)",
 }
 # routes of a face that are not an operator's action
 CONSOLE_PLUMBING = {"GET /admin/login", "POST /admin/login", "POST /admin/logout", "GET /admin/static/x"}

@@ -104,7 +104,36 @@ def test_the_demos_admin_token_signs_in_to_its_console(tmp_path):
                                                         "_xsrf": x.cookies["_xsrf"]})
             assert signed_in.status_code == 303, signed_in.text
             page = x.get(console + "accounts/" + account, follow_redirects=True)  # → its ?op= address
-            assert page.status_code == 200 and "09120000000" in page.text  # the demo's account
+            assert page.status_code == 200 and "+989120000000" in page.text  # the demo's account
+    finally:
+        assert stop(proc, signal.SIGINT) == 0
+
+
+def test_a_newcomer_signs_in_to_the_demos_dashboard_with_the_printed_code(tmp_path):
+    """The banner names the dashboard and the demo account's phone; the SMS code appears in the
+    demo's own terminal (the log driver, on stderr), and it signs in."""
+    port = free_port()
+    proc = spawn([sys.executable, "-m", "upgate.cli", "demo", "--port", str(port)], env=SRC,
+                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp_path)
+    try:
+        banner = _banner(proc)
+        dashboard = re.search(r"^  dashboard\s+(http\S+)", banner, re.M).group(1)
+        phone = re.search(r"sign in with the phone (\d+)", banner).group(1)
+        assert dashboard == f"http://127.0.0.1:{port}/dashboard/"
+        with httpx.Client(timeout=10, follow_redirects=False) as x:
+            form = x.get(dashboard + "login")
+            xsrf = re.search(r'name="_xsrf" value="([^"]+)"', form.text).group(1)
+            sent = x.post(dashboard + "login", data={"phone": phone, "_xsrf": xsrf})
+            assert sent.status_code == 200 and 'name="code"' in sent.text
+            deadline, code = time.time() + 20, None
+            while code is None and time.time() < deadline:
+                line = proc.stdout.readline()
+                if '"event":"sms"' in line:
+                    assert json.loads(line[line.index("{"):])["to"] == "+989120000000"
+                    code = re.search(r"[0-9]{6}", line.split('"text"')[1]).group(0)
+            r = x.post(dashboard + "login/verify", data={"phone": "+989120000000", "code": code, "_xsrf": xsrf})
+            assert r.status_code == 303 and r.headers["location"] == "/dashboard/"
+            assert "۱۰۰٬۰۰۰" in x.get(dashboard).text  # the demo's 100,000 toman, in Persian digits
     finally:
         assert stop(proc, signal.SIGINT) == 0
 
@@ -172,12 +201,12 @@ def _admin(redis_url, *args, **env):
 def test_a_table_in_a_pipe_keeps_every_cell_on_one_line(redis_url):
     """CliRunner's stdout is no terminal, and COLUMNS asks for 40: rich used to wrap each
     cell into fragments over several lines."""
-    key, account_id, key_id = seed(redis_url, balance="1234.5")
+    key, account_id, key_id = seed(redis_url, balance="1234.5", phone="09121234567")
     seed(redis_url, balance="7", phone="09129999999")
     out = _admin(redis_url, "account", "list").output
     assert account_id in out and "1234.500000" in out
     rows = [line for line in out.splitlines() if account_id in line]
-    assert len(rows) == 1 and "09121234567" in rows[0] and "1234.500000" in rows[0], out
+    assert len(rows) == 1 and "+989121234567" in rows[0] and "1234.500000" in rows[0], out
     out = _admin(redis_url, "key", "list", account_id).output
     rows = [line for line in out.splitlines() if key_id in line]
     assert len(rows) == 1 and key[:10] in rows[0], out

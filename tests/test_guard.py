@@ -124,7 +124,10 @@ ROUTES = [  # (method and path, the answer before any of the body is read)
     ("POST /admin/v1/accounts", 401),
     ("PUT /admin/v1/models", 401),
     ("POST /admin/v1/no-such-route", 404),
-    ("POST /dashboard/", 404),  # the face to come: unknown today, and bounded all the same
+    ("POST /dashboard/keys", 303),  # the dashboard: no session, to its sign-in page
+    ("POST /dashboard/login", 413),  # public: 16 KB at most
+    ("POST /dashboard/static/dashboard.css", 413),
+    ("POST /dashboard/no-such-page", 404),
 ]
 
 

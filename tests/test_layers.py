@@ -9,9 +9,9 @@ ROOT = Path(__file__).resolve().parents[1]
 # lowest first; a module may import its own layer and those below it, never above
 LAYERS = [
     ("base", ["upgate", "upgate.errors", "upgate.settings"]),
-    ("store, wire", ["upgate.store", "upgate.http", "upgate.upstream"]),
+    ("store, wire", ["upgate.store", "upgate.http", "upgate.upstream", "upgate.sms"]),
     ("money, catalog", ["upgate.billing", "upgate.catalog"]),
-    ("services", ["upgate.services", "upgate.webhooks"]),
+    ("services", ["upgate.services", "upgate.webhooks", "upgate.i18n"]),
     ("faces", ["upgate.handlers", "upgate.console", "upgate.dashboard", "upgate.payments", "admin_cli",
                "upgate.mock"]),
     ("entry points", ["upgate.app", "upgate.context", "upgate.server", "upgate.cli", "upgate.demo"]),

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import tornado.web
 
-from upgate import console
+from upgate import console, dashboard
 from upgate.handlers import admin
 from upgate.handlers.base import NotFoundHandler, ResponsesHandler
 from upgate.handlers.guard import unguarded
@@ -35,6 +35,8 @@ def make_app(ctx, **settings) -> tornado.web.Application:
         *admin.routes(d),
         # the operator's console: HTML pages under /admin/ (upgate/console/, docs/console.md)
         *console.routes(ctx),
+        # the account holders' dashboard: HTML pages under /dashboard/ (upgate/dashboard/, docs/dashboard.md)
+        *dashboard.routes(ctx),
     ]
     # every route checks its credential and size limit before it reads a body (guard.py): a
     # handler that does not would let anyone make the node hold any body it is sent

@@ -49,8 +49,12 @@ class Context:
         self.inflight: dict = {}  # hold id → live proxy handler (leases, keep-alives, shutdown)
         self._tasks: list[asyncio.Task] = []
         self.webhooks = None  # the delivery engine, when UPGATE_WEBHOOK_URL and _SECRET are set
+        self.signin = _signin(settings)  # the dashboard's sign-in by SMS code
 
     async def start(self) -> None:
+        if self.settings.sms == "log":
+            log.warning("UPGATE_SMS=log: dashboard sign-in codes are written to this log, so anyone "
+                        "who reads it can sign in as any customer; use kavenegar or smsir in production")
         try:
             await self.catalog.reload()
         except STORE_ERRORS as e:  # a whole cluster down is a RedisClusterException, not a RedisError
@@ -213,6 +217,16 @@ class Context:
                 await _close(pubsub)
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 2.0)
+
+
+def _signin(settings: Settings):
+    from upgate import sms
+    from upgate.services.signin import SignIn, secret_from_pepper
+
+    sender = sms.make(settings.sms, api_key=settings.sms_api_key, template=settings.sms_template,
+                      url=settings.sms_url)
+    return SignIn(sender, secret_from_pepper(settings.key_pepper), settings.signup_open,
+                  settings.signup_credit_toman)
 
 
 async def _close(pubsub) -> None:

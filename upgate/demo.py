@@ -1,6 +1,7 @@
 """`upgate demo`: the whole gateway in one process, on the embedded store, with the built-in
 mock provider, a small catalog, one funded account, one printed key and one printed admin token
-(for the console and the management API). Ctrl-C stops it."""
+(for the console and the management API), and the customer dashboard, whose sign-in codes (the
+SMS `log` driver) are printed in this terminal. Ctrl-C stops it."""
 from __future__ import annotations
 
 import asyncio
@@ -18,6 +19,7 @@ from upgate.settings import Settings
 from upgate.upstream.providers import Provider
 
 DEMO_BALANCE = "100000"
+DEMO_PHONE = "09120000000"
 
 
 def setup(redis_url: str, pepper: str) -> dict:
@@ -25,7 +27,7 @@ def setup(redis_url: str, pepper: str) -> dict:
     client = store.connect_sync(redis_url)
     text = resources.files("upgate").joinpath("demo_catalog.toml").read_text(encoding="utf-8")
     catalog_store.store(client, catalog.parse(text, {"mock"}))
-    account_id = accounts.create_account(client, "09120000000", money.parse_toman(DEMO_BALANCE))
+    account_id = accounts.create_account(client, DEMO_PHONE, money.parse_toman(DEMO_BALANCE))
     key, key_id, _prefix = keys.create_key(client, pepper, account_id, name="demo")
     admin = admin_tokens.create(client, pepper, "demo")
     return {"account_id": account_id, "key": key, "key_id": key_id, "admin_token": admin["token"]}
@@ -49,6 +51,8 @@ upgate demo is running (mock provider; nothing leaves this machine).
   admin      {admin}
   console    {root}/admin/
   admin API  {root}/admin/v1  (docs/admin-api.md)
+  dashboard  {root}/dashboard/  (the customer's side: sign in with the phone {DEMO_PHONE}; its
+             code is not texted but printed below, as a {{"event": "sms", ...}} line)
 
 Try it:
 
@@ -69,7 +73,9 @@ Ctrl-C stops it.
 
 async def _main(sockets, port: int, mock_port: int) -> None:
     pepper = secrets.token_hex(16)
-    settings = Settings(redis_url="memory://", key_pepper=pepper, providers_path="(demo)")
+    root = f"http://127.0.0.1:{port}"
+    settings = Settings(redis_url="memory://", key_pepper=pepper, providers_path="(demo)",
+                        public_url=root, topup_url=root + "/dashboard/topup")  # SMS: the log driver
     await mock_upstream.serve(mock_port)
     providers = {"mock": Provider(name="mock", base_url=f"http://127.0.0.1:{mock_port}/v1",
                                   api_key="mock-demo", dialect="openai", available=True)}

@@ -73,6 +73,14 @@ class Settings:
     trusted_proxies: str = ""  # the auth throttles: peers whose X-Forwarded-For is believed (client_address.py)
     request_log_days: int = 7  # request records are kept this many days …
     request_log_max: int = 10_000  # … and at most this many per account
+    # the customer dashboard (docs/dashboard.md, CUSTOMERS.md)
+    public_url: str = ""  # e.g. https://api.example.ir: the dashboard's absolute links, topup_url
+    sms: str = "log"  # log | kavenegar | smsir
+    sms_api_key: str = ""
+    sms_template: str = ""
+    sms_url: str = ""  # a provider's base address (tests: a loopback fake)
+    signup_open: bool = False  # UPGATE_SIGNUP=open: a verified phone without an account gets one
+    signup_credit_toman: str = "0"  # its opening balance
     extra: dict = field(default_factory=dict)
 
     @property
@@ -114,7 +122,9 @@ def from_env(env: dict | None = None) -> Settings:
         redis_url=env.get("UPGATE_REDIS_URL") or Settings.redis_url,
         providers_path=env.get("UPGATE_PROVIDERS") or Settings.providers_path,
         key_pepper=env.get("UPGATE_KEY_PEPPER", ""),
-        topup_url=env.get("UPGATE_TOPUP_URL") or Settings.topup_url,
+        # the dashboard's top-up page once UPGATE_PUBLIC_URL says where it is; the operator's own wins
+        topup_url=env.get("UPGATE_TOPUP_URL") or (_public_url(env) + "/dashboard/topup" if _public_url(env)
+                                                   else Settings.topup_url),
         port=_int(env, "PORT", Settings.port),
         upstream_silence_s=_float(env, "UPGATE_UPSTREAM_SILENCE_S", 120.0),
         lease_s=_float(env, "UPGATE_LEASE_S", 30.0),
@@ -135,7 +145,36 @@ def from_env(env: dict | None = None) -> Settings:
         trusted_proxies=_proxies(env.get("UPGATE_TRUSTED_PROXIES", "")),
         request_log_days=_positive(env, "UPGATE_REQUEST_LOG_DAYS", Settings.request_log_days),
         request_log_max=_positive(env, "UPGATE_REQUEST_LOG_MAX", Settings.request_log_max),
+        **_dashboard(env),
     )
+
+
+def _public_url(env: dict) -> str:
+    public = env.get("UPGATE_PUBLIC_URL", "").strip().rstrip("/")
+    if public and not public.startswith(("http://", "https://")):
+        raise SettingsError(f"UPGATE_PUBLIC_URL must be an http:// or https:// URL, got {public!r}")
+    return public
+
+
+def _dashboard(env: dict) -> dict:
+    from decimal import Decimal, InvalidOperation
+
+    public = _public_url(env)
+    sms = env.get("UPGATE_SMS", "").strip() or "log"
+    if sms not in ("log", "kavenegar", "smsir"):
+        raise SettingsError(f"UPGATE_SMS must be log, kavenegar or smsir, got {sms!r}")
+    signup = env.get("UPGATE_SIGNUP", "").strip() or "closed"
+    if signup not in ("open", "closed"):
+        raise SettingsError(f"UPGATE_SIGNUP must be open or closed, got {signup!r}")
+    credit = env.get("UPGATE_SIGNUP_CREDIT_TOMAN", "").strip() or "0"
+    try:
+        if Decimal(credit) < 0 or not Decimal(credit).is_finite():
+            raise InvalidOperation
+    except InvalidOperation:
+        raise SettingsError(f"UPGATE_SIGNUP_CREDIT_TOMAN must be a toman amount of 0 or more, got {credit!r}") from None
+    return {"public_url": public, "sms": sms, "sms_api_key": env.get("UPGATE_SMS_API_KEY", ""),
+            "sms_template": env.get("UPGATE_SMS_TEMPLATE", ""), "sms_url": env.get("UPGATE_SMS_URL", "").strip(),
+            "signup_open": signup == "open", "signup_credit_toman": credit}
 
 
 def _proxies(raw: str) -> str:

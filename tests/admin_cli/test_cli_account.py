@@ -69,6 +69,13 @@ def test_create_json_shape_exactly(run, r):
     assert r.hget(keyspace.wallet(out["account_id"]), "balance") == "0"
 
 
+def test_a_phone_in_use_is_refused_with_exit_1(run, r):
+    ok_json(run("account", "create", "--phone", "۰۹۱۲-۱۲۳-۴۵۶۷", "--json"))  # Persian digits, dashes
+    res = run("account", "create", "--phone", "+98 912 123 4567")
+    assert res.exit_code == 1 and "already belongs to another account" in res.stderr
+    assert r.scard(keyspace.ACCOUNTS) == 1
+
+
 def test_create_table_mode(run):
     res = run("account", "create", "--phone", "09121234567")
     assert res.exit_code == 0 and res.stdout.startswith("created account ") and res.stderr == ""
@@ -88,10 +95,10 @@ def test_topup_show_list(run, acct, r):
 
     show = ok_json(run("account", "show", acct, "--json"))
     assert show.pop("created_at").endswith("Z")
-    assert show == {"id": acct, "phone": "09121234567", "status": "active",
+    assert show == {"id": acct, "phone": "+989121234567", "status": "active",
                     "balance_toman": "-750.000000", "held_toman": "1.000000",
                     "available_toman": "-751.000000", "free_quota_per_day": 50, "low_balance_toman": None,
-                    "account_id": acct, "phone_masked": "0912***4567", "suspended": False, "free_quota": 50,
+                    "account_id": acct, "phone_masked": "+989***4567", "suspended": False, "free_quota": 50,
                     "free_quota_is_default": True, "free_used_today": 0, "key_count": 0}
     table = run("account", "show", acct)
     assert table.exit_code == 0 and "-751.000000" in table.stdout and "50 (default)" in table.stdout

@@ -78,8 +78,8 @@ class Console:
         assert self.page.evaluate("document.documentElement.scrollWidth") <= width, name
 
     def balance(self) -> Decimal:
-        text = self.page.locator("#wallet dt:text-is('Balance') + dd").inner_text()
-        return Decimal(text.replace(",", ""))
+        amt = self.page.locator("#wallet dt:text-is('Balance') + dd .amt")  # rounded; exact in its title
+        return Decimal((amt.get_attribute("title") or amt.inner_text()).replace(",", ""))
 
     def close(self) -> None:
         self.context.close()
@@ -112,7 +112,7 @@ def test_sign_in_search_and_keys_end_to_end(console, node, redis_url):
     assert page.get_by_role("heading", name="Overview").is_visible()
 
     page.get_by_role("link", name="Accounts").click()
-    page.get_by_label("Phone number, account id").fill("09127654321")
+    page.get_by_label("Phone (any part), account id, key prefix or request id").fill("09127654321")
     page.get_by_role("button", name="Find").click()
     page.get_by_role("link", name=account_id).click()
     page.wait_for_url(f"**/admin/accounts/{account_id}?op=*")  # its own address: see test_console_money_browser
@@ -147,6 +147,7 @@ def test_sign_in_search_and_keys_end_to_end(console, node, redis_url):
     page.goto(f"/admin/accounts/{account_id}")
     page.get_by_text(re.compile(r"Change or revoke " + re.escape(new_key[:10]))).click()
     page.get_by_role("button", name=re.compile("Revoke key " + re.escape(new_key[:10]))).click()
+    page.get_by_role("button", name="Yes, revoke the key").click()  # it cannot be undone: asked first
     assert "revoked" in page.locator(".flash").inner_text()
     r = chat(node, new_key)
     assert r.status_code == 401 and r.json()["error"]["code"] == "invalid_api_key"
@@ -267,7 +268,7 @@ def test_every_page_at_desktop_and_phone_width(console, node, redis_url, tmp_pat
         c.page.get_by_role("button", name="Create key").click()
         c.shoot("account-new-key")
         c.page.goto("/admin/models")
-        assert "100,000" in c.page.locator("#sync-h + div").inner_text()  # the rate of mock's last sync
+        assert "100,000" in c.page.locator("#sync-h + table").inner_text()  # the rate of mock's last sync
         c.shoot("models")
         c.page.goto("/admin/accounts/00000000-0000-4000-8000-000000000000")
         c.shoot("not-found")

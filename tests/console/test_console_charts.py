@@ -1,10 +1,15 @@
-"""The console's own SVG renderer and number/date formatting (pure functions)."""
+"""The console's own SVG renderer, and the number/date formatting it shares with the dashboard
+(upgate/i18n: one Formatter for both) as the console uses it (pure functions)."""
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 from decimal import Decimal
 
-from upgate.console import charts, fmt
+from upgate.console import charts, view
+from upgate.i18n import Formatter
+
+fmt = Formatter("en")
+fa = Formatter("fa")
 
 SVG = "{http://www.w3.org/2000/svg}"
 
@@ -52,18 +57,22 @@ def test_nice_ticks_and_short_labels():
 
 
 def test_toman_amounts_for_people():
-    assert fmt.toman("1234567.500000") == "1,234,567.5"
-    assert fmt.toman("-20.000000") == "-20"
-    assert fmt.toman("0.000000") == "0"
-    assert fmt.toman(None) == "—"
-    assert fmt.micro(1_500_250_000) == "1,500.25"
+    # whole toman from 1,000 up, two decimals below; every digit in the tooltip
+    assert fmt.toman("751987.088625") == "751,987" and fmt.exact("751987.088625") == "751,987.088625"
+    assert fmt.toman("-20.000000") == "-20" and fmt.toman("0.000000") == "0" and fmt.toman(None) == "—"
+    assert fmt.micro(1_500_250_000) == "1,500" and fmt.micro(12_500_000) == "12.50"
+    assert fa.toman("751987.088625") == "۷۵۱٬۹۸۷" and fa.exact("0.5") == "۰٫۵"
     assert fmt.plain(1_500_000_000) == "1500" and fmt.plain(250_000) == "0.25" and fmt.plain(None) == ""
+    assert view.money(fmt, "751987.088625") == '<span class="amt" dir="ltr" title="751,987.088625">751,987</span>'
+    assert view.money(fmt, "1500.000000") == '<span class="amt" dir="ltr">1,500</span>'
+    assert view.short_id("<a>") == '<span class="id trunc " dir="ltr" title="&lt;a&gt;">&lt;a&gt;</span>'
 
 
 def test_jalali_tehran_times():
     # 2026-11-23T19:04:05Z is 22:34:05 in Tehran on 1405-09-02
-    assert fmt.when("2026-11-23T19:04:05Z") == "1405-09-02 22:34"
-    assert fmt.when(1795460645, seconds=True) == "1405-09-02 22:34:05"
+    assert fmt.when("2026-11-23T19:04:05Z") == "1405/09/02 22:34"
+    assert fmt.when(1795460645, seconds=True) == "1405/09/02 22:34:05"
+    assert fa.when(1795460645) == "۱۴۰۵/۰۹/۰۲ ۲۲:۳۴"
     assert fmt.iso(1795460645) == "2026-11-23T19:04:05Z"
     assert fmt.when(None) == "—" and fmt.when(0) == "—"
-    assert fmt.short_day("1405-09-02") == "09-02"
+    assert fmt.day("1405-09-02") == "09/02"

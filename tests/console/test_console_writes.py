@@ -54,8 +54,10 @@ def test_every_console_write_is_logged_and_counted_without_a_traceback(served, r
               ("AdjustmentHandler", "/adjustments", {"amount_toman": "-5", "note": "fee"}, 303),
               ("KeyCreateHandler", "/keys", {"name": "k2"}, 201),
               ("KeyUpdateHandler", f"/keys/{key_id}/update", {"name": "renamed"}, 303),
-              ("KeyRevokeHandler", f"/keys/{key_id}/revoke", {}, 303),
-              ("SuspendHandler", "/suspend", {}, 303),
+              # what cannot be undone asks first (confirm.html); its page posts confirmed=1
+              ("KeyRevokeHandler", f"/keys/{key_id}/revoke", {}, 200),
+              ("KeyRevokeHandler", f"/keys/{key_id}/revoke", {"confirmed": "1"}, 303),
+              ("SuspendHandler", "/suspend", {"confirmed": "1"}, 303),
               ("SuspendHandler", "/resume", {}, 303)]
     for _handler, path, form, status in writes:
         assert c.post(page + path, data={"_xsrf": token, **form}).status_code == status, path

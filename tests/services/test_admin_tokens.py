@@ -127,7 +127,7 @@ def test_tokens_log_and_pages_on_a_cluster(cluster_url):
     assert admin_tokens.verify(client, PEPPER, token) is None
     admin_log.record(client, "cli", "x", "1")
     assert admin_log.read(client, 1)[0]["target"] == "1"
-    ids = sorted(accounts.create_account(client, "09120000000") for _ in range(3))
+    ids = sorted(accounts.create_account(client, f"0912000000{i}") for i in range(3))
     first, cursor = accounts.page(client, limit=2)
     rest, end = accounts.page(client, limit=2, cursor=cursor)
     assert [v["account_id"] for v in first + rest] == ids and end is None

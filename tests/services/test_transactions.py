@@ -260,7 +260,7 @@ def test_a_topup_on_a_cluster_waits_for_the_replica_of_its_accounts_master(repli
     client = store.connect_sync(replicated_cluster.url)
     seen_masters = set()
     for n in range(12):
-        acct = accounts.create_account(client, "09121234567", 0)
+        acct = accounts.create_account(client, f"091212345{n:02d}", 0)
         wallet = keyspace.wallet(acct)
         master = client.get_node_from_key(wallet)
         seen_masters.add(master.name)

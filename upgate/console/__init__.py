@@ -45,4 +45,7 @@ def routes(ctx) -> list:
         (r"/admin/webhooks", operations.WebhooksHandler, d),
         (r"/admin/webhooks/(resend|test)", operations.WebhookWriteHandler, d),
         (r"/admin/static/(.*)", StaticHandler, {"path": STATIC}),
+        # last: any other /admin/ address is the console's own 404 page (/admin/v1/... is the
+        # management API's, whose routes come first and whose unknown paths answer JSON)
+        (r"/admin/(?!v1(?:/|$)).*", pages.NotFoundPage, d),
     ]

@@ -27,7 +27,8 @@ import orjson
 import tornado.web
 from tornado import httputil
 
-from upgate.console import fmt, session
+from upgate import i18n
+from upgate.console import session, view
 from upgate.handlers.base import new_request_id
 from upgate.handlers.guard import BodyGuard
 
@@ -38,6 +39,7 @@ TEMPLATES = str(HERE / "templates")
 STATIC = str(HERE / "static")
 PREFIX = "/admin"
 FLASH = "upgate_flash"
+LANG_COOKIE = "upgate_lang"  # the operator's language, remembered a year (path /admin)
 _STATIC_SETTINGS = {"static_path": STATIC, "static_url_prefix": PREFIX + "/static/"}
 CSP = ("default-src 'none'; style-src 'self'; img-src 'self' data:; form-action 'self'; "
        "frame-ancestors 'none'; base-uri 'none'")
@@ -72,6 +74,12 @@ class ConsoleHandler(BodyGuard, tornado.web.RequestHandler):
         self.started = time.monotonic()
         self.request_id = new_request_id()
         self.who = None  # the signed-in AdminToken
+        # English unless the operator chose Persian (?lang=fa, then remembered in a cookie)
+        asked = self.get_query_argument("lang", None)
+        self.lang = i18n.choose(asked, self.get_cookie(LANG_COOKIE), default=i18n.EN)
+        if asked in i18n.LANGS and asked != self.get_cookie(LANG_COOKIE):
+            self.set_cookie(LANG_COOKIE, asked, expires_days=365)
+        self.fmt = i18n.Formatter(self.lang)
 
     @property
     def route_label(self) -> str:
@@ -108,9 +116,22 @@ class ConsoleHandler(BodyGuard, tornado.web.RequestHandler):
     def static_url(self, path: str, include_host=None, **kwargs) -> str:
         return tornado.web.StaticFileHandler.make_static_url(_STATIC_SETTINGS, path)
 
+    def get_user_locale(self):
+        return i18n.locale(self.lang)
+
+    def lang_url(self, lang: str) -> str:
+        """This page in another language (the switch in the header); a GET of the same page."""
+        args = [(k, v) for k, vs in self.request.query_arguments.items() if k != "lang"
+                for v in (x.decode("utf-8", "replace") for x in vs)]
+        path = self.request.path if self.request.method in ("GET", "HEAD") else PREFIX + "/"
+        return path + "?" + urllib.parse.urlencode(args + [("lang", lang)])
+
     def get_template_namespace(self) -> dict:
         ns = super().get_template_namespace()
-        ns.update(fmt=fmt, who=self.who, flash=self.pop_flash(), message=None, nav=None)
+        ns.update(fmt=self.fmt, who=self.who, flash=self.pop_flash(), message=None, nav=None,
+                  lang=self.lang, rtl=self.fmt.rtl, lang_url=self.lang_url,
+                  money=functools.partial(view.money, self.fmt),
+                  money_micro=functools.partial(view.money_micro, self.fmt), short_id=view.short_id)
         return ns
 
     def set_default_headers(self) -> None:

@@ -60,16 +60,19 @@ def _desc(labels: Sequence[str], values: Sequence, fmt: Fmt) -> str:
     return "; ".join(f"{lab}: {fmt(v)}" for lab, v in zip(labels, values))
 
 
-def _empty(parts: list[str], height: int = H) -> str:
-    parts.append(f'<text class="empty" x="{W / 2}" y="{height / 2}" text-anchor="middle">No data in this period</text></svg>')
+EMPTY = "No data in this period"
+
+
+def _empty(parts: list[str], height: int = H, text: str = EMPTY) -> str:
+    parts.append(f'<text class="empty" x="{W / 2}" y="{height / 2}" text-anchor="middle">{escape(text)}</text></svg>')
     return "".join(parts)
 
 
-def _y_axis(parts: list[str], ticks: list[float], y_of) -> None:
+def _y_axis(parts: list[str], ticks: list[float], y_of, digits: Callable[[str], str] = str) -> None:
     for t in ticks:
         y = y_of(t)
         parts.append(f'<line class="grid" x1="{LEFT}" x2="{W - RIGHT}" y1="{y:.1f}" y2="{y:.1f}"/>'
-                     f'<text class="tick" x="{LEFT - 6}" y="{y + 4:.1f}" text-anchor="end">{escape(short(t))}</text>')
+                     f'<text class="tick" x="{LEFT - 6}" y="{y + 4:.1f}" text-anchor="end">{escape(digits(short(t)))}</text>')
 
 
 def _x_labels(parts: list[str], labels: Sequence[str], x_of) -> None:
@@ -80,7 +83,7 @@ def _x_labels(parts: list[str], labels: Sequence[str], x_of) -> None:
                          f'text-anchor="middle">{escape(lab)}</text>')
 
 
-def _frame(parts: list[str], values: Sequence, n: int):
+def _frame(parts: list[str], values: Sequence, n: int, digits: Callable[[str], str] = str):
     """The value axis of a day chart, drawn into `parts`: (numbers, slot width, x of the i-th
     slot's centre, y of a value). Bars and lines share it, so charts of one period line up."""
     nums = [_num(v) for v in values]
@@ -92,17 +95,18 @@ def _frame(parts: list[str], values: Sequence, n: int):
     def y_of(v: float) -> float:
         return TOP + plot_h * (1 - max(v, 0.0) / top)
 
-    _y_axis(parts, ticks, y_of)
+    _y_axis(parts, ticks, y_of, digits)
     return nums, slot, (lambda i: LEFT + (i + 0.5) * slot), y_of
 
 
 def bars(labels: Sequence[str], values: Sequence, title: str, fmt: Fmt = str,
-         tips: Sequence[str] | None = None) -> str:
-    """Vertical bars, one per label (days). `tips` are the x labels' long form for tooltips."""
+         tips: Sequence[str] | None = None, *, empty: str = EMPTY, digits: Callable[[str], str] = str) -> str:
+    """Vertical bars, one per label (days). `tips` are the x labels' long form for tooltips.
+    Another language's page passes its `empty` text and `digits` (the axis numbers' script)."""
     _cid, parts = _open(title, _desc(tips or labels, values, fmt))
     if not labels:
-        return _empty(parts)
-    nums, slot, x_of, y_of = _frame(parts, values, len(labels))
+        return _empty(parts, text=empty)
+    nums, slot, x_of, y_of = _frame(parts, values, len(labels), digits)
     for i, (v, raw) in enumerate(zip(nums, values)):
         y = y_of(v)
         bw = max(1.0, slot * 0.7)
@@ -116,12 +120,12 @@ def bars(labels: Sequence[str], values: Sequence, title: str, fmt: Fmt = str,
 
 
 def line(labels: Sequence[str], values: Sequence, title: str, fmt: Fmt = str,
-         tips: Sequence[str] | None = None) -> str:
+         tips: Sequence[str] | None = None, *, empty: str = EMPTY, digits: Callable[[str], str] = str) -> str:
     """One line with a dot per label (days)."""
     _cid, parts = _open(title, _desc(tips or labels, values, fmt))
     if not labels:
-        return _empty(parts)
-    nums, _slot, x_of, y_of = _frame(parts, values, len(labels))
+        return _empty(parts, text=empty)
+    nums, _slot, x_of, y_of = _frame(parts, values, len(labels), digits)
     points = " ".join(f"{x_of(i):.1f},{y_of(v):.1f}" for i, v in enumerate(nums))
     parts.append(f'<polyline class="line" points="{points}"/>')
     for i, (v, raw) in enumerate(zip(nums, values)):
@@ -133,13 +137,13 @@ def line(labels: Sequence[str], values: Sequence, title: str, fmt: Fmt = str,
     return "".join(parts)
 
 
-def hbars(labels: Sequence[str], values: Sequence, title: str, fmt: Fmt = str) -> str:
+def hbars(labels: Sequence[str], values: Sequence, title: str, fmt: Fmt = str, *, empty: str = EMPTY) -> str:
     """Horizontal bars, one row per label (models), the value written at each bar's end."""
     row = 26
     height = max(60, TOP + row * len(labels) + 8)
     _cid, parts = _open(title, _desc(labels, values, fmt), height, " hbars")
     if not labels:
-        return _empty(parts, height)
+        return _empty(parts, height, text=empty)
     nums = [_num(v) for v in values]
     top = max(nums + [0.0]) or 1.0
     name_w = 200

@@ -28,14 +28,10 @@ def _by_day(days: list[str], report: dict) -> list[dict]:
 
 
 def find_accounts(client, q: str) -> list[dict]:
-    """An account id (exact), a phone number or a key's prefix (sk-up-AbCd, or sk-up-AbCd…wxyz)
-    → the matching accounts (`accounts.show` views)."""
+    """An account id (exact) or a phone number → the matching accounts (`accounts.show` views)."""
     q = (q or "").strip()
     if not q:
         return []
-    if keys.looks_like_prefix(q):
-        owners = dict.fromkeys(k["account_id"] for k in keys.find_by_prefix(client, q))
-        return [accounts.show(client, acct) for acct in owners]
     try:
         acct = accounts.normalize_id(q)
     except accounts.UnknownAccount:  # not an id: a phone number, or a refusal naming the phone

@@ -7,7 +7,7 @@ from __future__ import annotations
 import tornado.web
 
 from upgate.catalog import store as catalog_store
-from upgate.console import data, fmt
+from upgate.console import data
 from upgate.console.base import PREFIX, ConsoleHandler
 from upgate.console.pages import log_console_write, refusal_status
 from upgate.services import admin_log, audit, prices, records, refusals
@@ -59,15 +59,15 @@ class WebhookWriteHandler(ConsoleHandler):
         if (event_id is None) == (not every):
             raise webhooks.UnknownEvent("give one event, or resend all")
         sent = webhooks.resend(client, event_id)
-        return (f"{len(sent)} event(s) back on the delivery stream.",
+        return (self.locale.translate("%(n)s event(s) back on the delivery stream.") % {"n": self.fmt.count(len(sent))},
                 {"all": True} if every else {"event_id": event_id})
 
     def ping(self, _client) -> tuple[str, dict]:
         out = webhooks.send_test(self.ctx.settings)
+        args = {"id": out["event_id"], "why": f"HTTP {out['status']}" if out["status"] is not None else out["error"]}
         if not out["ok"]:
-            why = f"HTTP {out['status']}" if out["status"] is not None else out["error"]
-            return f"The receiver did not accept the ping {out['event_id']} ({why}).", {}
-        return f"Ping {out['event_id']} delivered: HTTP {out['status']}.", {}
+            return self.locale.translate("The receiver did not accept the ping %(id)s (%(why)s).") % args, {}
+        return self.locale.translate("Ping %(id)s delivered: %(why)s.") % args, {}
 
 
 SYNC_FIELDS = ("source", "provider", "usd_toman", "markup", "include", "max_change")
@@ -105,4 +105,4 @@ class PriceSyncHandler(ConsoleHandler):
             "providers": sorted(self.ctx.providers)}, **page)
 
 
-__all__ = ["RequestHandler", "AuditHandler", "WebhooksHandler", "WebhookWriteHandler", "PriceSyncHandler", "fmt"]
+__all__ = ["RequestHandler", "AuditHandler", "WebhooksHandler", "WebhookWriteHandler", "PriceSyncHandler"]

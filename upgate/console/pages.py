@@ -13,10 +13,15 @@ import urllib.parse
 
 import tornado.web
 
+from upgate.billing import money
 from upgate.errors import CODES
-from upgate.services import accounts, admin_log, keys, refusals, transactions
-from upgate.console import charts, data, fmt, session
+from upgate.i18n import N_
+from upgate.services import account_list, accounts, admin_log, keys, phones, refusals, transactions
+from upgate.console import charts, data, session
 from upgate.console.base import PREFIX, ConsoleHandler, log
+
+# an adjustment of at least this many toman (either sign) asks to be confirmed first
+LARGE_ADJUSTMENT_TOMAN = 1_000_000
 
 
 def fresh_op() -> str:
@@ -81,14 +86,15 @@ class LoginHandler(ConsoleHandler):
         if wait:
             self.set_status(429)
             self.set_header("Retry-After", str(wait))
-            self.render("login.html", next=target, error=f"Too many failed sign-ins: try again in {wait} s.")
+            self.render("login.html", next=target,
+                        error=self.locale.translate("Too many failed sign-ins: try again in %(s)s s.") % {"s": wait})
             return
         sid, who = await self.call(session.sign_in, self.pepper, token)
         if sid is None:
             node.failed(address)
             self.set_status(401)
             self.render("login.html", next=target,
-                        error="That admin token was not accepted: unknown, revoked or mistyped.")
+                        error=self.locale.translate("That admin token was not accepted: unknown, revoked or mistyped."))
             return
         self.set_signed_cookie(session.COOKIE, sid, expires_days=session.LIFETIME_S / 86400)
         self.redirect(target, status=303)
@@ -101,7 +107,7 @@ class LogoutHandler(ConsoleHandler):
     async def post(self) -> None:
         await self.call(session.sign_out, self.session_id())
         self.clear_cookie(session.COOKIE, path=PREFIX)
-        self.flash("Signed out.")
+        self.flash(self.locale.translate("Signed out."))
         self.redirect(PREFIX + "/login", status=303)
 
 
@@ -115,9 +121,11 @@ class OverviewHandler(ConsoleHandler):
 
 
 class AccountsHandler(ConsoleHandler):
-    """GET: find accounts (a phone, an account id, a key prefix; a request id opens its record).
-    POST: create an account (phone only: its money comes through the top-up form, whose ref
-    makes a second submission a replay; an opening balance here would have none)."""
+    """The change list: newest first (or by balance, or this month's spend), paged by cursor,
+    one search box (services/account_list.py does the finding and the bounds); a request id
+    opens its record, a key prefix of one account opens the account. POST: create an account
+    (phone only: its money comes through the top-up form, whose ref makes a second submission
+    a replay; an opening balance here would have none)."""
 
     @property
     def writes(self) -> bool:
@@ -128,17 +136,25 @@ class AccountsHandler(ConsoleHandler):
         if data.is_request_id(q):
             self.redirect(f"{PREFIX}/requests/{urllib.parse.quote(q, safe='')}", status=303)
             return
-        found, message = [], None
+        sort = self.get_query_argument("sort", "newest")
+        cursor = self.get_query_argument("cursor", None)
+        page, message = None, None
         try:
-            found = await self.call(data.find_accounts, q)
-        except ValueError as e:
+            page = await self.call(account_list.browse, q=q, sort=sort, cursor=cursor, limit=PAGE_SIZE)
+        except ValueError as e:  # a cursor or sort not from this page
             message = str(e)
-        if q and not found and message is None:
-            message = f"No account matches {q!r}."
-        if len(found) == 1 and keys.looks_like_prefix(q):  # a key's prefix opens its account
-            self.redirect(page_url(found[0]["account_id"], fresh_op()), status=303)
+        if keys.looks_like_prefix(q) and page is not None and len(page["data"]) == 1 and not cursor:
+            self.redirect(page_url(page["data"][0]["account_id"], fresh_op()), status=303)  # opens its account
             return
-        self.render("accounts.html", nav="accounts", q=q, found=found, message=message, created=None,
+        if q and page is not None and not page["data"] and not cursor:
+            message = self.locale.translate("No account matches %(q)s.") % {"q": repr(q)}
+
+        def list_url(**change) -> str:
+            query = {"q": q, "sort": sort, **change}
+            return PREFIX + "/accounts?" + urllib.parse.urlencode({k: v for k, v in query.items() if v})
+
+        self.render("accounts.html", nav="accounts", q=q, sort=sort, sorts=account_list.SORTS,
+                    page=page, first=not cursor, message=message, list_url=list_url, created=None,
                     account_url=lambda account_id: page_url(account_id, fresh_op()))
 
     async def post(self) -> None:
@@ -148,13 +164,17 @@ class AccountsHandler(ConsoleHandler):
                                    actor=self.who.name)
         except ValueError as e:
             self.set_status(refusal_status(e))
-            self.render("accounts.html", nav="accounts", q="", found=[], message=None,
+            self.render("accounts.html", nav="accounts", q="", sort="newest", sorts=account_list.SORTS,
+                        page=None, first=True, message=None, list_url=lambda **change: PREFIX + "/accounts",
                         created={"phone": phone, "message": refusals.refusal(e).message},
                         account_url=lambda account_id: page_url(account_id, fresh_op()))
             return
         await log_console_write(self, "POST /admin/accounts", made["id"], {"phone": phone})
-        self.flash(f"Account {made['id']} created; top it up below.")
+        self.flash(self.locale.translate("Account %(id)s created; top it up below.") % {"id": made["id"]})
         self.redirect(page_url(made["id"], fresh_op()) + "#topup", status=303)
+
+
+PAGE_SIZE = 25
 
 
 class AccountHandler(ConsoleHandler):
@@ -222,8 +242,23 @@ class WriteHandler(AccountHandler):
     def arg(self, name: str) -> str:
         return self.get_body_argument(name, "").strip()
 
+    def confirm(self, client, account_id: str, *rest) -> list[tuple[str, str]] | None:
+        """What to show on a confirmation page before this write ((label, value) rows), or None
+        when it needs none. Only writes that cannot be undone ask."""
+        return None
+
     async def post(self, account_id: str, *rest) -> None:
         self.target = rest[0] if rest else None  # the key a key form acted on
+        if self.arg("confirmed") != "1":
+            try:
+                rows = await self.call(self.confirm, account_id, *rest)
+            except accounts.UnknownAccount as e:
+                raise tornado.web.HTTPError(404, str(e)) from None
+            except ValueError:
+                rows = None  # the write itself refuses it, with its own message
+            if rows is not None:
+                await self.ask(account_id, rows)
+                return
         try:
             done = await self.call(self.act, account_id, *rest)
         except accounts.UnknownAccount as e:
@@ -235,6 +270,17 @@ class WriteHandler(AccountHandler):
             return
         await self.log_write(account_id)
         await self.answer(account_id, done)
+
+    question = ""  # the confirmation page's heading
+    button = ""
+
+    async def ask(self, account_id: str, rows: list[tuple[str, str]]) -> None:
+        """The confirmation page: the same form (every field, its XSRF and op) posted again with
+        confirmed=1, or back to the account page. Plain HTML: no script needed."""
+        _ = self.locale.translate
+        fields = [(k, self.get_body_argument(k, "")) for k in self.request.body_arguments if k not in ("_xsrf", "confirmed")]
+        self.render("confirm.html", nav="accounts", question=_(self.question), button=_(self.button), rows=rows,
+                    action=self.request.path, fields=fields, back=page_url(account_id, self.op() or fresh_op()))
 
     async def answer(self, account_id: str, done) -> None:
         """After an accepted write: its one line on the account page, on the same operation."""
@@ -251,21 +297,23 @@ class MoneyHandler(WriteHandler):
     what = ""
 
     async def answer(self, account_id: str, res: dict) -> None:
+        _, fmt = self.locale.translate, self.fmt
         tx, balance = res["transaction"], fmt.toman(res["balance_toman"])
+        args = {"id": tx["id"], "when": fmt.when(tx["time"]), "amount": fmt.toman(tx["amount_toman"]),
+                "balance": balance}
         if res["replayed"]:  # the same page again: its form still holds the used ref
-            self.flash(f"This {self.what} was already recorded (transaction {tx['id']}, {fmt.when(tx['time'])}, "
-                       f"{fmt.toman(tx['amount_toman'])} toman): nothing changed; balance {balance} toman.",
-                       kind="replayed", form=self.form)
+            self.flash(_(self.replayed) % args, kind="replayed", form=self.form)
             op = self.op() or fresh_op()
         else:  # a new operation: the next one from this page is another
-            self.flash(f"{self.what.capitalize()} of {fmt.toman(tx['amount_toman'])} toman recorded "
-                       f"(transaction {tx['id']}); balance {balance} toman.")
+            self.flash(_(self.recorded) % args)
             op = fresh_op()
         self.redirect(page_url(account_id, op) + "#" + self.form, status=303)
 
 
 class TopupHandler(MoneyHandler):
     form, what = "topup", "top-up"
+    replayed = N_("This top-up was already recorded (transaction %(id)s, %(when)s, %(amount)s toman): nothing changed; balance %(balance)s toman.")
+    recorded = N_("Top-up of %(amount)s toman recorded (transaction %(id)s); balance %(balance)s toman.")
 
     def act(self, client, account_id: str) -> dict:
         return transactions.topup(client, account_id, self.arg("amount_toman"), ref=self.arg("ref") or None,
@@ -274,6 +322,19 @@ class TopupHandler(MoneyHandler):
 
 class AdjustmentHandler(MoneyHandler):
     form, what = "adjust", "adjustment"
+    replayed = N_("This adjustment was already recorded (transaction %(id)s, %(when)s, %(amount)s toman): nothing changed; balance %(balance)s toman.")
+    recorded = N_("Adjustment of %(amount)s toman recorded (transaction %(id)s); balance %(balance)s toman.")
+    question, button = N_("Record this large adjustment?"), N_("Yes, record the adjustment")
+
+    def confirm(self, client, account_id: str) -> list[tuple[str, str]] | None:
+        amount = accounts.parse_amount(self.arg("amount_toman"), allow_negative=True, what="amount_toman")
+        if abs(amount) < money.parse_toman(str(LARGE_ADJUSTMENT_TOMAN)):
+            return None
+        view, fmt = accounts.show(client, account_id), self.fmt
+        return [(N_("Account"), view["phone"]), (N_("Amount (toman)"), fmt.exact_micro(amount)),
+                (N_("Balance now"), fmt.exact_micro(view["balance_micro"])),
+                (N_("Balance after"), fmt.exact_micro(view["balance_micro"] + amount)),
+                (N_("Note"), self.arg("note") or "—"), (N_("Reference (ref)"), self.arg("ref") or "—")]
 
     def act(self, client, account_id: str) -> dict:
         return transactions.adjust(client, account_id, self.arg("amount_toman"), note=self.arg("note"),
@@ -281,24 +342,7 @@ class AdjustmentHandler(MoneyHandler):
 
 
 def _key_settings(arg, *, clearing: bool) -> dict:
-    """Form text → keys.create_key / update_key arguments through the service's own parsers.
-    Creating, a blank field is left out; updating, a blank field clears it (rpm stays)."""
-    parsers = {"monthly_limit_toman": ("monthly_limit_micro",
-                                       lambda t: accounts.parse_amount(t, what="monthly_limit_toman")),
-               "allowed_models": ("allowed_models", keys.parse_models),
-               "expires_at": ("expires_at_ms", keys.parse_expires)}
-    out: dict = {}
-    name = arg("name")
-    if name or clearing:
-        out["name"] = name or None
-    if arg("rate_limit_rpm"):
-        out["rpm"] = keys.parse_rpm(arg("rate_limit_rpm"))
-    for field, (kwarg, parse) in parsers.items():
-        if arg(field):
-            out[kwarg] = parse(arg(field))
-        elif clearing:
-            out[kwarg] = None
-    return out
+    return keys.form_settings(arg, clearing=clearing)  # the dashboard's key forms use it too
 
 
 class KeyCreateHandler(WriteHandler):
@@ -315,24 +359,44 @@ class KeyUpdateHandler(WriteHandler):
 
     def act(self, client, account_id: str, key_id: str) -> str:
         keys.update_key(client, key_id, account_id=account_id, **_key_settings(self.arg, clearing=True))
-        return f"Key {key_id} updated."
+        return self.locale.translate("Key %(id)s updated.") % {"id": key_id}
 
 
 class KeyRevokeHandler(WriteHandler):
     form = "keys"
+    question = N_("Revoke this key? It stops working at once and cannot be restored.")
+    button = N_("Yes, revoke the key")
+
+    def confirm(self, client, account_id: str, key_id: str) -> list[tuple[str, str]] | None:
+        k = next((k for k in keys.list_keys(client, account_id) if k["key_id"] == key_id), None)
+        if k is None or k["state"] == "revoked":
+            return None  # the write answers it (unknown, or already revoked)
+        return [(N_("Key"), k["display"]), (N_("Key id"), key_id), (N_("Name"), k["name"] or "—"),
+                (N_("Spent this month"), self.fmt.exact_micro(k["spent_this_month_micro"]))]
 
     def act(self, client, account_id: str, key_id: str) -> str:
         changed = keys.revoke_key(client, key_id, account_id=account_id)
-        return f"Key {key_id} revoked." if changed else f"Key {key_id} already was revoked."
+        _ = self.locale.translate
+        return (_("Key %(id)s revoked.") if changed else _("Key %(id)s already was revoked.")) % {"id": key_id}
 
 
 class SuspendHandler(WriteHandler):
     form = "wallet"
+    question = N_("Suspend this account? Its keys are refused from the next request until it is resumed.")
+    button = N_("Yes, suspend the account")
+
+    def confirm(self, client, account_id: str, verb: str) -> list[tuple[str, str]] | None:
+        view = accounts.show(client, account_id)
+        if verb != "suspend" or view["suspended"]:
+            return None
+        return [(N_("Account"), view["account_id"]), (N_("Phone"), view["phone"]),
+                (N_("Balance"), self.fmt.exact_micro(view["balance_micro"])), (N_("Keys"), self.fmt.count(view["key_count"]))]
 
     def act(self, client, account_id: str, verb: str) -> str:
+        _ = self.locale.translate
         if verb == "suspend":
-            return "Account suspended." if accounts.suspend(client, account_id) else "Already suspended."
-        return "Account resumed." if accounts.resume(client, account_id) else "It was not suspended."
+            return _("Account suspended.") if accounts.suspend(client, account_id) else _("Already suspended.")
+        return _("Account resumed.") if accounts.resume(client, account_id) else _("It was not suspended.")
 
 
 class SettingsHandler(WriteHandler):
@@ -342,12 +406,17 @@ class SettingsHandler(WriteHandler):
     form = "settings"
 
     def act(self, client, account_id: str) -> str:
-        quota = accounts.parse_free_quota(self.arg("free_quota_per_day") or "default")
-        low = accounts.parse_low_balance(self.arg("low_balance_toman"))
+        digits = lambda f: phones.ascii_digits(self.arg(f))  # noqa: E731  (Persian digits are digits)
+        quota = accounts.parse_free_quota(digits("free_quota_per_day") or "default")
+        low = accounts.parse_low_balance(digits("low_balance_toman"))
         obj = accounts.patch(client, account_id, self.ctx.settings.free_quota_default, free_quota=quota,
                              low_balance_micro=low)
-        alert = f"below {fmt.toman(obj['low_balance_toman'])} toman" if obj["low_balance_toman"] else "off"
-        return f"Settings saved: {obj['free_quota_per_day']} free requests a day; low-balance alert {alert}."
+        _, fmt = self.locale.translate, self.fmt
+        if obj["low_balance_toman"] is None:
+            return _("Settings saved: %(n)s free requests a day; no low-balance alert.") % {
+                "n": fmt.count(obj["free_quota_per_day"])}
+        return _("Settings saved: %(n)s free requests a day; low-balance alert below %(amount)s toman.") % {
+            "n": fmt.count(obj["free_quota_per_day"]), "amount": fmt.toman(obj["low_balance_toman"])}
 
 
 class StatementCsvHandler(ConsoleHandler):
@@ -371,3 +440,16 @@ class ModelsHandler(ConsoleHandler):
                 "providers": sorted(self.ctx.providers)}
         await self.render_page("models.html", nav="models", cold={k: v for k, v in cold.items() if v}, sync=sync,
                                **page)
+
+
+class NotFoundPage(ConsoleHandler):
+    """Every /admin/ address no route knows (never /admin/v1/..., which keeps the API's JSON
+    404): the console's own page, in the operator's language, with or without a session,
+    answered from the header block (no body is read)."""
+
+    public = True
+    keep_body = False
+    SUPPORTED_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+
+    async def authenticate(self) -> None:
+        raise tornado.web.HTTPError(404, self.locale.translate("There is no console page at this address."))

@@ -10,9 +10,10 @@ import uuid
 from dataclasses import dataclass
 
 from upgate.billing import jalali, money
+from upgate.services import phones
 from upgate.store import connection as store
 
-PHONE = re.compile(r"^\+?[0-9]{7,15}$")
+PHONE = phones.E164  # the stored form
 MAX_FREE_QUOTA = 1_000_000_000  # requests per day; anything larger is a typo
 _PLAIN_AMOUNT = re.compile(r"^[+-]?[0-9]+(?:\.[0-9]+)?$")
 
@@ -31,7 +32,13 @@ class UnknownAccount(AccountError):
 
 
 class InvalidPhone(AccountError):
-    """A phone number is not 7 to 15 digits with an optional leading +."""
+    """A phone number is in no spelling services/phones.py accepts."""
+
+    field = "phone"
+
+
+class PhoneInUse(AccountError):
+    """Another account already has this phone (a phone belongs to at most one account)."""
 
     field = "phone"
 
@@ -77,11 +84,12 @@ def parse_amount(text: str, *, allow_negative: bool = False, what: str = "amount
 
 
 def check_phone(phone: str) -> str:
-    """The phone number with surrounding blanks removed, or `InvalidPhone`."""
-    text = phone.strip() if isinstance(phone, str) else ""
-    if not PHONE.match(text):
-        raise InvalidPhone(f"phone must be 7 to 15 digits with an optional leading +, got {phone!r}")
-    return text
+    """The canonical E.164 form (services/phones.py) of a phone as typed, or `InvalidPhone`."""
+    try:
+        return phones.canonical(phone)
+    except phones.PhoneError:
+        raise InvalidPhone(f"phone must be a mobile number like 09121234567 or +989121234567, "
+                           f"got {phone!r}") from None
 
 
 def mask_phone(phone: str) -> str:

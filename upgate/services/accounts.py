@@ -30,10 +30,12 @@ import redis
 
 from upgate.billing import jalali, money
 from upgate.store import connection as store, keyspace
+from upgate.services import phone_index
 from upgate.services.account_rules import (  # noqa: F401  (the rules are part of this module's API)
     account_object, AccountError, AccountInfo, BalanceOutOfRange, check_free_quota, check_low_balance,
     check_phone, InvalidAmount, InvalidCursor, InvalidPhone, InvalidQuota, mask_phone,
-    MAX_FREE_QUOTA, normalize_id, parse_amount, parse_free_quota, parse_low_balance, PHONE, UnknownAccount,
+    MAX_FREE_QUOTA, normalize_id, parse_amount, parse_free_quota, parse_low_balance, PHONE, PhoneInUse,
+    UnknownAccount,
 )
 
 # ---- writes -----------------------------------------------------------------------------------
@@ -89,7 +91,9 @@ def create_account(client, phone: str, balance_micro: int = 0, *, actor: str = "
 
     The wallet starts at balance 0 with both lifetime counters at 0, then lua/credit.lua records
     the opening balance (idempotent: an account with a transaction never gets a second opening),
-    then the account is listed. Interrupted between steps, it is an unlisted account at 0."""
+    then the account is listed. Interrupted between steps, it is an unlisted account at 0.
+    The phone (canonical E.164) is claimed first in the index phone → account
+    (services/phone_index.py): a phone already in use is `PhoneInUse`, nothing written."""
     from upgate.services import transactions
 
     phone = check_phone(phone)
@@ -102,6 +106,7 @@ def create_account(client, phone: str, balance_micro: int = 0, *, actor: str = "
     except money.AmountError as e:
         raise BalanceOutOfRange(str(e)) from None
     acct = str(uuid.uuid4())
+    phone_index.claim(client, phone, acct)  # first: a phone in use refuses before any write
     record = {"phone": phone, "balance": 0, "held": 0, "credited": 0, "charged": 0,
               "suspended": "0", "created_at": int(time.time())}
     atomic_write(client, [lambda p: p.hset(keyspace.wallet(acct), mapping=record)])  # exists from here
@@ -113,8 +118,17 @@ def create_account(client, phone: str, balance_micro: int = 0, *, actor: str = "
             f"within {transactions.REPLICA_WAIT_MS} ms (a failover now could lose it): do NOT "
             f"create it again; check `account show {acct}` after the failover", e.result) from None
     finally:  # listed even when no replica confirmed the opening (NotDurable): never orphaned
-        atomic_write(client, [lambda p: p.sadd(keyspace.ACCOUNTS, acct)])
+        atomic_write(client, [listing(acct, record["created_at"])])
     return acct
+
+
+def listing(acct: str, created_at: int) -> Step:
+    """The write that lists an account: the ACCOUNTS set and the newest-first index
+    (services/account_list.py), one MULTI (both keys share the ``{accounts}`` slot)."""
+    def step(p):
+        p.sadd(keyspace.ACCOUNTS, acct)
+        p.zadd(keyspace.ACCOUNTS_BY_TIME, {acct: created_at})
+    return step
 
 
 def topup(client, account_id: str, amount_micro: int) -> int:
@@ -222,7 +236,10 @@ def _all_ids(client) -> list[str]:
 
 
 def list_accounts(client, *, phone: str | None = None) -> list[dict]:
-    """Every account (the `show` view), oldest first; only those with this phone if given."""
+    """Every account (the `show` view), oldest first; only those with this phone (any
+    spelling services/phones.py accepts) if given."""
+    if phone is not None:
+        phone = check_phone(phone)
     out = [v for _, v in _views(client, _all_ids(client), 500)
            if v is not None and (phone is None or v["phone"] == phone)]
     out.sort(key=lambda v: (v["created_at"], v["account_id"]))

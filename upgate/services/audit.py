@@ -16,7 +16,7 @@ charge landing between two reads is never reported. Measured numbers: docs/money
 from __future__ import annotations
 
 from upgate.billing import money
-from upgate.services import transactions
+from upgate.services import phone_index, transactions
 from upgate.store import connection as store, keyspace
 
 BATCH = 1000
@@ -76,16 +76,20 @@ def _check(client, ids: list[str], deep: bool) -> list[dict]:
 
 def run(client, *, deep: bool = False, batch: int = BATCH) -> dict:
     """Check every account: {"accounts": N, "mismatches": [{account_id, balance_toman,
-    expected_toman}]}."""
-    count, mismatches, ids = 0, [], []
+    expected_toman}], "duplicate_phones": [{phone, account_ids}]}. Also (re)builds the index
+    phone → account (services/phone_index.py), which migrates accounts made before it."""
+    count, mismatches, ids, every = 0, [], [], []
     for raw in client.sscan_iter(keyspace.ACCOUNTS, count=batch):
         ids.append(store.text(raw))
         if len(ids) >= batch:
             mismatches += _check(client, ids, deep)
             count += len(ids)
+            every += ids
             ids = []
     if ids:
         mismatches += _check(client, ids, deep)
         count += len(ids)
+        every += ids
     mismatches.sort(key=lambda m: m["account_id"])
-    return {"accounts": count, "mismatches": mismatches}
+    duplicates = phone_index.rebuild(client, every)
+    return {"accounts": count, "mismatches": mismatches, "duplicate_phones": duplicates}

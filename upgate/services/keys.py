@@ -32,7 +32,7 @@ import time
 import orjson
 
 from upgate.billing import jalali, money
-from upgate.services import accounts
+from upgate.services import accounts, phones
 from upgate.store import connection as store, keyspace
 from upgate.services.accounts import UnknownAccount, atomic_write
 from upgate.services.key_rules import (  # noqa: F401  (the rules are part of this module's API)
@@ -208,6 +208,34 @@ def list_keys(client, account_id: str) -> list[dict]:
     month = jalali.month_key()
     out = [view(store.text_map(raw), month) for raw in pipe.execute() if raw] if kids else []
     out.sort(key=lambda v: (v["created_at"], v["key_id"]))
+    return out
+
+
+def form_settings(arg, *, clearing: bool) -> dict:
+    """A key form's fields (named as the management API names them: name, rate_limit_rpm,
+    monthly_limit_toman, allowed_models, expires_at; `arg(field)` → the trimmed text) →
+    `create_key` / `update_key` arguments, through the parsers above. Persian and
+    Arabic-Indic digits count as digits. Creating, a blank field is left out; updating
+    (`clearing`), a blank field clears its setting (rpm stays). The console's and the
+    dashboard's forms both come here."""
+    def text(field: str) -> str:
+        return phones.ascii_digits(arg(field) or "").strip()
+
+    parsers = {"monthly_limit_toman": ("monthly_limit_micro",
+                                       parse_monthly_limit),
+               "allowed_models": ("allowed_models", parse_models),
+               "expires_at": ("expires_at_ms", parse_expires)}
+    out: dict = {}
+    name = (arg("name") or "").strip()
+    if name or clearing:
+        out["name"] = name or None
+    if text("rate_limit_rpm"):
+        out["rpm"] = parse_rpm(text("rate_limit_rpm"))
+    for field, (kwarg, parse) in parsers.items():
+        if text(field):
+            out[kwarg] = parse(text(field))
+        elif clearing:
+            out[kwarg] = None
     return out
 
 

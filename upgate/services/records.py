@@ -96,3 +96,23 @@ def _lookup(client, rid: str, keep_days: int | None = None):
         if found:
             return found
     return None
+
+
+# ---- what an account holder sees (the dashboard) -------------------------------------------------
+
+CUSTOMER_HIDDEN = ("provider",)  # which upstream served a request is the business's, not the client's
+
+
+def for_customer(record: dict) -> dict:
+    """A record as its account holder sees it: without the provider."""
+    return {k: v for k, v in record.items() if k not in CUSTOMER_HIDDEN}
+
+
+def find_own(client, account_id: str, request_id: str) -> dict:
+    """`find`, limited to one account: another account's request is refused exactly like one
+    that does not exist (same error, same message)."""
+    rid = request_id.strip() if isinstance(request_id, str) else ""
+    record = find(client, request_id)
+    if record["account_id"] != normalize_id(account_id):
+        raise UnknownRequest(f"no record of request {rid} (never made, or older than the retention)")
+    return for_customer(record)

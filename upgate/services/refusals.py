@@ -4,8 +4,8 @@ API renders it as its error object, the console as the status and the line at th
 CLI as `error: <message>` and exit 1 — the same refusal reads the same everywhere.
 
 The codes are the catalogue's (upgate/errors.py): `not_found` (an unknown account, key, request
-record or failed webhook event), `idempotency_conflict` (a ref reused with another amount or
-kind), `price_change_too_large` (a price sync over its guard), `invalid_request` (any other).
+record or failed webhook event), `phone_in_use` (another account has the phone),
+`idempotency_conflict` (a ref reused with another amount or kind), `price_change_too_large` (a price sync over its guard), `invalid_request` (any other).
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from upgate.catalog import store as catalog_store
 from upgate.services import records, transactions
-from upgate.services.account_rules import UnknownAccount
+from upgate.services.account_rules import PhoneInUse, UnknownAccount
 from upgate.services.key_rules import UnknownKey
 from upgate.webhooks.service import UnknownEvent
 
@@ -34,6 +34,8 @@ def refusal(e: ValueError) -> Refusal:
     field = getattr(e, "field", None)
     if isinstance(e, NOT_FOUND):  # the id at fault is the path's or the command's, no field
         code, field = "not_found", None
+    elif isinstance(e, PhoneInUse):
+        code, field = "phone_in_use", "phone"
     elif isinstance(e, transactions.IdempotencyConflict):
         code, field = "idempotency_conflict", field or "ref"
     elif isinstance(e, catalog_store.ChangeTooLarge):

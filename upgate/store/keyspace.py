@@ -91,6 +91,9 @@ def keyhash(digest: str) -> str:
 
 
 ACCOUNTS = "accounts"  # set of all account ids (operator listing)
+# sorted set: every account id scored by its created_at (unix s): the newest-first listing. Its
+# tag puts it in the slot of ACCOUNTS, so one MULTI lists an account in both
+ACCOUNTS_BY_TIME = "{accounts}:created"
 REAP_INDEX = "reap:accounts"  # sorted set: account ids with open holds, scored by next deadline
 REAP_LOCK = "reap:lock"  # string: which node sweeps the reaper's shards this tick (cluster only)
 SLOTS = 16384  # Redis Cluster hash slots
@@ -254,3 +257,39 @@ def console_session(session_hash: str) -> str:
     the SHA-256 of its id, holding the admin token encrypted under a key derived from that id.
     Its own slot; only single-key commands."""
     return "console:session:" + session_hash
+
+
+# ---- the customer side: phones, sign-in codes, dashboard sessions ------------------------------
+# A phone's keys share the tag {p:<E.164>}, so lua/signin_issue.lua and lua/signin_verify.lua
+# touch one slot; an address's sign-in window has its own tag.
+
+def phone_tag(phone: str) -> str:
+    return "{p:" + phone + "}"
+
+
+def phone_owner(phone: str) -> str:
+    """String: the id of the one account with this canonical phone, or "*" when the phone is
+    shared by several accounts (found by `audit`; nobody signs in with it until resolved)."""
+    return phone_tag(phone) + ":account"
+
+
+def signin_code(phone: str) -> str:
+    """Hash, with a TTL of the code's life: the HMAC of the phone's current sign-in code, when
+    it was issued and expires (ms), the tries used."""
+    return phone_tag(phone) + ":code"
+
+
+def signin_sent(phone: str) -> str:
+    """Sorted set: when each code of the last hour was sent to this phone (ms), the hourly cap."""
+    return phone_tag(phone) + ":sent"
+
+
+def signin_address(address: str) -> str:
+    """Sorted set: when each code of the last hour was asked for from this client address (ms)."""
+    return "{signin:" + address + "}:sent"
+
+
+def dash_session(session_hash: str) -> str:
+    """Hash, with a TTL: one account holder's dashboard session (account_id, phone, created_at),
+    named by the SHA-256 of its random id, so the store never holds a usable cookie."""
+    return "dash:session:" + session_hash

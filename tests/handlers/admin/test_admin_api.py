@@ -161,8 +161,8 @@ def test_forwarded_address_counts_behind_a_trusted_proxy(make_node, redis_url):
 # ---- accounts ---------------------------------------------------------------------------------
 
 def test_account_create_get_patch_suspend_resume(api, node):
-    acct = api.account(balance="1500.25")
-    assert acct == {"id": acct["id"], "phone": "09121234567", "status": "active",
+    acct = api.account(phone="09121234567", balance="1500.25")
+    assert acct == {"id": acct["id"], "phone": "+989121234567", "status": "active",
                     "balance_toman": "1500.250000", "held_toman": "0.000000",
                     "available_toman": "1500.250000", "free_quota_per_day": 50,
                     "low_balance_toman": None, "created_at": acct["created_at"]}
@@ -215,7 +215,7 @@ def test_account_refusals_name_the_field_and_write_nothing(api, redis_url):
 
 def test_account_list_pages_by_cursor_and_filters_by_phone(api):
     made = sorted([api.account(phone=f"0912000000{i}")["id"] for i in range(5)]
-                  + [api.account(phone="09120000001")["id"]])
+                  + [api.account(phone="09120000009")["id"]])
     seen, cursor = [], None
     while True:
         page = api.get("/accounts", params={"limit": 2, **({"cursor": cursor} if cursor else {})}).json()
@@ -225,10 +225,16 @@ def test_account_list_pages_by_cursor_and_filters_by_phone(api):
         if cursor is None:
             break
     assert seen == made
-    by_phone = api.get("/accounts", params={"phone": "09120000001"}).json()
-    assert sorted(a["id"] for a in by_phone["data"]) == sorted(
-        a for a in made if api.get(f"/accounts/{a}").json()["phone"] == "09120000001")
-    assert len(by_phone["data"]) == 2 and by_phone["next_cursor"] is None
+    by_phone = api.get("/accounts", params={"phone": "۰۹۱۲۰۰۰۰۰۰۱"}).json()  # any spelling finds it
+    assert [a["phone"] for a in by_phone["data"]] == ["+989120000001"] and by_phone["next_cursor"] is None
+
+
+def test_a_phone_in_use_is_409_phone_in_use(api):
+    api.account(phone="09120000001")
+    r = api.post("/accounts", json={"phone": "+98 912 000 0001"})
+    assert r.status_code == 409 and r.json()["error"]["code"] == "phone_in_use"
+    assert r.json()["error"]["param"] == "phone"
+    assert len(api.get("/accounts", params={"phone": "09120000001"}).json()["data"]) == 1
 
 
 # ---- keys -------------------------------------------------------------------------------------

@@ -20,12 +20,13 @@ def api(node, redis_url):
 
 def test_audit_answers_200_whatever_it_finds(api, redis_url):
     acct = api.account(balance="10")["id"]
-    assert api.get("/audit").json() == {"accounts": 1, "mismatches": []}
+    clean = api.get("/audit").json()
+    assert clean["accounts"] == 1 and clean["mismatches"] == []
     store.connect_sync(redis_url).hincrby(keyspace.wallet(acct), "balance", 5)  # behind the scripts' back
     resp = api.get("/audit?deep=true")
     assert resp.status_code == 200
-    assert resp.json() == {"accounts": 1, "mismatches": [
-        {"account_id": acct, "balance_toman": "10.000005", "expected_toman": "10.000000"}]}
+    assert resp.json()["mismatches"] == [
+        {"account_id": acct, "balance_toman": "10.000005", "expected_toman": "10.000000"}]
     assert_error(api.get("/audit?deep=maybe"), 400, "invalid_request", "deep")
 
 

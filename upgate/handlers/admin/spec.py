@@ -105,7 +105,7 @@ def tornado_pattern(path: str) -> str:
 
 
 _ERRORS = {400: "invalid_request (param names the field)", 401: "invalid_admin_token",
-           403: "read_only_token", 404: "not_found", 409: "idempotency_conflict",
+           403: "read_only_token", 404: "not_found", 409: "idempotency_conflict or phone_in_use",
            429: "admin_auth_throttled"}
 
 

@@ -1,0 +1,83 @@
+"""What each dashboard page shows, gathered in one sync call per page (run in the executor),
+always for the signed-in account only (its id comes from the session, never from the page).
+
+Only composition: every number comes from the service functions the CLI, the management API
+and the console call; nothing here decides, validates or computes money.
+"""
+from __future__ import annotations
+
+from upgate.billing import jalali, money
+from upgate.services import accounts, keys, records, statements, transactions, usage
+
+REQUESTS_SHOWN = 50
+LOW_BALANCE_DEFAULT_MICRO = 10_000 * money.MICRO  # warn below this when the account set no threshold
+
+
+def month_days(month: str) -> list[str]:
+    """The month's Tehran days up to today (all of them for a past month)."""
+    first, last = jalali.parse_month(month)
+    today = jalali.day_key()
+    return [d for d in jalali.days(first, last) if d <= today] or [jalali.days(first, last)[0]]
+
+
+def _by_day(days: list[str], report: dict) -> list[dict]:
+    rows = {r["day"]: r for r in report["rows"]}
+    blank = {"requests": 0, "prompt_tokens": 0, "completion_tokens": 0, "cost_toman": "0.000000"}
+    return [{"day": d, **rows.get(d, blank)} for d in days]
+
+
+def check_month(month: str | None) -> str:
+    """The asked-for month (default: this one), or `InvalidMonth` when malformed or not begun."""
+    current = jalali.month_key()
+    if not month:
+        return current
+    month = statements.check_month(month)
+    if month > current:
+        raise statements.InvalidMonth(f"month {month} has not begun yet")
+    return month
+
+
+def months_back(n: int = 12) -> list[str]:
+    """This month and the n-1 before it, newest first (the month pickers)."""
+    y, m = (int(x) for x in jalali.month_key().split("-"))
+    out = []
+    for _ in range(n):
+        out.append(f"{y:04d}-{m:02d}")
+        y, m = (y - 1, 12) if m == 1 else (y, m - 1)
+    return out
+
+
+def home(client, account_id: str) -> dict:
+    view = accounts.show(client, account_id)
+    month = jalali.month_key()
+    days = month_days(month)
+    raw = usage.fetch(client, account_id, days)
+    threshold = view["low_balance_micro"]
+    low = view["available_micro"] < (threshold if threshold is not None else LOW_BALANCE_DEFAULT_MICRO)
+    return {"wallet": view, "month": month, "days": _by_day(days, usage.report(raw, "day")),
+            "month_totals": usage.report(raw, "model")["totals"], "low": low}
+
+
+def key_list(client, account_id: str) -> list[dict]:
+    return keys.list_keys(client, account_id)
+
+
+def usage_page(client, account_id: str, month: str) -> dict:
+    days = month_days(month)
+    raw = usage.fetch(client, account_id, days)
+    names = {k["key_id"]: k for k in keys.list_keys(client, account_id)}
+    return {"month": month, "days": _by_day(days, usage.report(raw, "day")),
+            "models": usage.report(raw, "model"), "keys": usage.report(raw, "key"), "key_names": names}
+
+
+def requests_page(client, account_id: str) -> list[dict]:
+    return [records.for_customer(r) for r in records.list_requests(client, account_id, limit=REQUESTS_SHOWN)]
+
+
+def billing_page(client, account_id: str, month: str) -> dict:
+    return {"month": month, "statement": statements.statement(client, account_id, month),
+            "transactions": transactions.list_transactions(client, account_id, month=month)}
+
+
+def statement_csv(client, account_id: str, month: str) -> str:
+    return statements.to_csv(statements.statement(client, account_id, month))

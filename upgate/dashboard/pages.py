@@ -1,0 +1,180 @@
+"""The dashboard's pages: one small handler per page and per form. Each takes the account id
+from the session (never from the address or the form), calls the service layer in the
+executor, and renders. A refusal from the service layer is shown with the form as typed
+(nothing was written). The top-up page is upgate/dashboard/topup.py.
+"""
+from __future__ import annotations
+
+import tornado.web
+
+from upgate.console import charts
+from upgate.dashboard import data, signin_pages, topup
+from upgate.dashboard.base import PREFIX, STATIC, DashboardHandler, Refused, StaticHandler
+from upgate.services import keys, records, statements
+
+_ID = r"([^/]+)"
+
+
+def routes(ctx) -> list:
+    d = {"ctx": ctx}
+    return [
+        (PREFIX + r"/?", HomeHandler, d),  # /dashboard too: a typed address lands here
+        (PREFIX + r"/login", signin_pages.LoginHandler, d),
+        (PREFIX + r"/login/verify", signin_pages.VerifyHandler, d),
+        (PREFIX + r"/logout", signin_pages.LogoutHandler, d),
+        (PREFIX + r"/keys", KeysHandler, d),
+        (PREFIX + r"/keys/" + _ID + r"/update", KeyUpdateHandler, d),
+        (PREFIX + r"/keys/" + _ID + r"/revoke", KeyRevokeHandler, d),
+        (PREFIX + r"/usage", UsageHandler, d),
+        (PREFIX + r"/requests", RequestsHandler, d),
+        (PREFIX + r"/billing", BillingHandler, d),
+        (PREFIX + r"/billing/statement\.csv", StatementCsvHandler, d),
+        *topup.routes(d),
+        (PREFIX + r"/static/(.*)", StaticHandler, {"path": STATIC}),
+    ]
+
+
+class Page(DashboardHandler):
+    def month(self) -> str:
+        try:
+            return data.check_month(self.get_query_argument("month", None))
+        except statements.InvalidMonth:
+            raise Refused(400, self.locale.translate("That month is not one the dashboard can show.")) from None
+
+    def chart(self, days: list[dict], metric: str, title: str, fmt) -> str:
+        f = self.get_template_namespace()["fmt"]
+        return charts.bars([f.day(d["day"]) for d in days], [d[metric] for d in days], title, fmt,
+                           tips=[f.when_day(d["day"]) for d in days],
+                           empty=self.locale.translate("No data in this period"), digits=f.digits)
+
+
+class HomeHandler(Page):
+    nav = "home"
+
+    async def get(self) -> None:
+        page = await self.call(data.home, self.account_id)
+        _ = self.locale.translate
+        f = self.get_template_namespace()["fmt"]
+        self.render("home.html", **page,
+                    cost_chart=self.chart(page["days"], "cost_toman", _("Cost per day (toman)"), f.toman),
+                    count_chart=self.chart(page["days"], "requests", _("Requests per day"), f.count))
+
+
+# ---- keys ----------------------------------------------------------------------------------------
+
+class KeysHandler(Page):
+    """GET: the keys. POST: create one (the full key is in this response and nowhere else)."""
+
+    nav = "keys"
+    writes = True
+
+    async def get(self) -> None:
+        await self.show()
+
+    async def show(self, *, message: str | None = None, form: str | None = None, target: str | None = None,
+                   new_key: dict | None = None, status: int = 200) -> None:
+        listed = await self.call(data.key_list, self.account_id)
+        typed = {k: self.get_body_argument(k, "") for k in self.request.body_arguments} if form else {}
+        self.set_status(status)
+        self.render("keys.html", keys=listed, message=message, form=form, target=target, typed=typed,
+                    new_key=new_key, base_url=self.base_url(), model=self.example_model(new_key, listed))
+
+    def example_model(self, new_key: dict | None, listed: list[dict]) -> str:
+        """A model the new key may call, for its ready curl and Python lines."""
+        mine = next((k for k in listed if new_key and k["key_id"] == new_key["key_id"]), None)
+        if mine and mine["allowed_models"]:
+            return mine["allowed_models"][0]
+        visible = sorted(m.id for m in self.ctx.catalog.visible())
+        return next((m for m in visible if not m.endswith(":free")), visible[0] if visible else "MODEL")
+
+    def base_url(self) -> str:
+        """The /v1 address the customer's code should call: UPGATE_PUBLIC_URL, else this host."""
+        public = self.ctx.settings.public_url
+        if public:
+            return public + "/v1"
+        return f"{'https' if self.is_https() else 'http'}://{self.request.host}/v1"
+
+    async def submit(self) -> None:
+        try:
+            settings = keys.form_settings(self.arg, clearing=False)
+            full, key_id, prefix = await self.call(keys.create_key, self.ctx.settings.key_pepper,
+                                                   self.account_id, **settings)
+        except ValueError as e:
+            await self.show(message=str(e), form="create", status=400)
+            return
+        await self.show(new_key={"key": full, "key_id": key_id, "prefix": prefix}, status=201)
+
+
+class KeyUpdateHandler(KeysHandler):
+    async def submit(self, key_id: str) -> None:
+        try:
+            settings = keys.form_settings(self.arg, clearing=True)
+            await self.call(keys.update_key, key_id, account_id=self.account_id, **settings)
+        except keys.UnknownKey:  # another account's key: the same 404 as a missing one
+            raise tornado.web.HTTPError(404) from None
+        except ValueError as e:
+            await self.show(message=str(e), form="update", target=key_id, status=400)
+            return
+        self.redirect(PREFIX + "/keys?done=updated", status=303)
+
+
+class KeyRevokeHandler(KeysHandler):
+    async def submit(self, key_id: str) -> None:
+        try:
+            await self.call(keys.revoke_key, key_id, account_id=self.account_id)
+        except keys.UnknownKey:
+            raise tornado.web.HTTPError(404) from None
+        self.redirect(PREFIX + "/keys?done=revoked", status=303)
+
+
+# ---- usage, requests, billing -------------------------------------------------------------------
+
+class UsageHandler(Page):
+    nav = "usage"
+
+    async def get(self) -> None:
+        page = await self.call(data.usage_page, self.account_id, self.month())
+        _ = self.locale.translate
+        f = self.get_template_namespace()["fmt"]
+        self.render("usage.html", **page, months=data.months_back(),
+                    cost_chart=self.chart(page["days"], "cost_toman", _("Cost per day (toman)"), f.toman))
+
+
+class RequestsHandler(Page):
+    nav = "requests"
+
+    async def get(self) -> None:
+        rid = self.get_query_argument("id", "").strip()
+        found, missing = None, False
+        if rid:
+            try:
+                found = await self.call(records.find_own, self.account_id, rid)
+            except records.UnknownRequest:  # another account's id too: the same answer
+                missing = True
+                self.set_status(404)
+        recent = await self.call(data.requests_page, self.account_id)
+        self.render("requests.html", rid=rid, found=found, missing=missing, recent=recent)
+
+
+class BillingHandler(Page):
+    nav = "billing"
+
+    async def get(self) -> None:
+        month = self.month()
+        try:
+            page = await self.call(data.billing_page, self.account_id, month)
+        except statements.InvalidMonth:  # before the account existed
+            page = await self.call(data.billing_page, self.account_id, data.check_month(None))
+        self.render("billing.html", **page, months=data.months_back())
+
+
+class StatementCsvHandler(Page):
+    async def get(self) -> None:
+        month = self.month()
+        try:
+            text = await self.call(data.statement_csv, self.account_id, month)
+        except statements.InvalidMonth:
+            raise Refused(400, self.locale.translate("That month is not one the dashboard can show.")) from None
+        self.set_header("Content-Type", "text/csv; charset=UTF-8")
+        self.set_header("Content-Disposition", f'attachment; filename="statement-{month}.csv"')
+        self.finish(text)

@@ -1,0 +1,66 @@
+"""Moments as people read them: Jalali dates in Tehran time, in either language's digits."""
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+import jdatetime
+
+from upgate.billing import jalali
+from upgate.i18n.numbers import DASH, localize
+
+MONTHS_FA = ("فروردین", "اردیبهشت", "خرداد", "تیر", "مرداد", "شهریور", "مهر", "آبان", "آذر",
+             "دی", "بهمن", "اسفند")
+MONTHS_EN = ("Farvardin", "Ordibehesht", "Khordad", "Tir", "Mordad", "Shahrivar", "Mehr", "Aban",
+             "Azar", "Dey", "Bahman", "Esfand")
+
+
+def parse_time(value) -> datetime | None:
+    """Unix seconds (int/float), unix ms (int > 1e11) or ISO 8601 UTC text → an aware
+    datetime, else None."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, (int, float)):
+        if not value:
+            return None
+        return datetime.fromtimestamp(value / 1000 if value > 1e11 else value, timezone.utc)
+    try:
+        moment = datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
+
+
+def jalali_text(value, seconds: bool = False) -> str:
+    """A moment as a Jalali date and time in Tehran, ASCII digits: "1405-09-02 22:34"."""
+    moment = parse_time(value)
+    if moment is None:
+        return DASH
+    j = jdatetime.datetime.fromgregorian(datetime=moment.astimezone(jalali.TEHRAN))
+    return j.strftime("%Y-%m-%d %H:%M:%S" if seconds else "%Y-%m-%d %H:%M")
+
+
+def when(value, lang: str = "en", seconds: bool = False) -> str:
+    """`jalali_text` with "/" between the date's parts, in the language's digits."""
+    text = jalali_text(value, seconds)
+    return text if text == DASH else localize(text.replace("-", "/"), lang)
+
+
+def iso(value) -> str:
+    """The same moment as ISO 8601 UTC (a tooltip beside the Jalali one)."""
+    moment = parse_time(value)
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ") if moment else ""
+
+
+def month_name(month: str, lang: str = "en") -> str:
+    """ "1405-09" → "Azar 1405" / "آذر ۱۴۰۵"."""
+    try:
+        year, m = (int(x) for x in month.split("-"))
+        name = (MONTHS_FA if lang == "fa" else MONTHS_EN)[m - 1]
+    except (ValueError, IndexError):
+        return month
+    return f"{name} {localize(str(year), lang)}"
+
+
+def day_label(day: str, lang: str = "en") -> str:
+    """ "1405-09-02" → "09/02" (a chart's axis), in the language's digits."""
+    return localize(day[5:].replace("-", "/") if len(day) == 10 else day, lang)

@@ -1,0 +1,201 @@
+"""Signing in to the dashboard with a phone and a one-time SMS code (CUSTOMERS.md "Signing in").
+
+- `ask`: the address's hourly window (lua/signin_rate.lua, 20 codes), then the phone's
+  (lua/signin_issue.lua: a 60 s gap between codes, 5 codes an hour), then the SMS. A code lives
+  120 s and is stored only as HMAC(secret, phone | code).
+- No account enumeration: a phone with no account (or one shared by several accounts, which
+  must not sign in until the operator resolves it) goes through the same throttles and is given
+  a code whose stored digest ("!") can never match; instead of the provider's round trip it
+  waits about as long as recent real sends took. Same answer, similar time.
+- `verify`: lua/signin_verify.lua counts the try, refuses after 5 (even the right code), and
+  compares in constant time; a right code is consumed, so it signs in once. Then the account:
+  the phone's one account, or with UPGATE_SIGNUP=open a new one whose opening balance
+  (UPGATE_SIGNUP_CREDIT_TOMAN) is recorded as an `opening` transaction by actor `signup`.
+"""
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import random
+import secrets
+import time
+from dataclasses import dataclass
+
+from upgate.billing import money
+from upgate.services import accounts, phone_index, phones
+from upgate.sms import SmsFailed
+from upgate.store import connection as store, keyspace
+
+CODE_LIFE_S = 120
+RESEND_GAP_S = 60
+TRIES = 5
+PER_PHONE_HOUR = 5
+PER_ADDRESS_HOUR = 20
+HOUR_MS = 3_600_000
+NEVER = "!"  # a stored digest no HMAC hex can equal
+
+
+class SignInError(ValueError):
+    """A refused step; `wait_s` when waiting helps."""
+
+    wait_s = 0
+
+    def __init__(self, message: str = "", wait_s: int = 0):
+        super().__init__(message or type(self).__doc__)
+        self.wait_s = wait_s
+
+
+class InvalidPhone(SignInError):
+    """That is not a phone number."""
+
+
+class TooSoon(SignInError):
+    """A code was sent less than a minute ago."""
+
+
+class TooMany(SignInError):
+    """Too many codes for this phone or from this address in the last hour."""
+
+
+class NotSent(SignInError):
+    """The SMS provider did not take the message."""
+
+
+class WrongCode(SignInError):
+    """The code is wrong."""
+
+
+class CodeExpired(SignInError):
+    """There is no live code for this phone: it expired or was used."""
+
+
+class TooManyTries(SignInError):
+    """Too many wrong codes: ask for a new one."""
+
+
+def secret_from_pepper(pepper: str) -> bytes:
+    """The HMAC key for codes: derived from the deployment's key pepper (a separate derivation,
+    so a code digest reveals nothing about the pepper or key digests)."""
+    return hmac.new(pepper.encode(), b"upgate sign-in code v1", hashlib.sha256).digest()
+
+
+def digest(secret: bytes, phone: str, code: str) -> str:
+    return hmac.new(secret, f"{phone}|{code}".encode(), hashlib.sha256).hexdigest()
+
+
+def canonical_phone(text: str) -> str:
+    try:
+        return phones.canonical(text)
+    except phones.PhoneError:
+        raise InvalidPhone() from None
+
+
+def normalize_code(text: str) -> str:
+    """Six digits as typed (Persian or Arabic-Indic digits too, blanks ignored); anything else
+    is simply wrong and still counts as a try."""
+    return "".join(phones.ascii_digits(text or "").split())
+
+
+# ---- the store's part (sync: the executor) ----------------------------------------------------
+
+def _can_sign_in(client, phone: str, signup_open: bool) -> bool:
+    owner = phone_index.owner(client, phone)
+    if owner == phone_index.SHARED:
+        return False
+    return owner is not None or signup_open
+
+
+def issue(client, secret: bytes, phone: str, address: str, signup_open: bool) -> str | None:
+    """Throttle and store a new code for `phone` (canonical); returns it, or None when it is
+    a code that can never verify (no account and sign-up closed, or a shared phone)."""
+    status, wait = store.script("signin_rate").call_sync(
+        client, [keyspace.signin_address(address)], [PER_ADDRESS_HOUR, HOUR_MS, secrets.token_hex(8), 0])
+    if int(status):
+        raise TooMany(wait_s=_seconds(wait))
+    real = _can_sign_in(client, phone, signup_open)
+    code = f"{secrets.randbelow(10 ** 6):06d}"
+    status, wait = store.script("signin_issue").call_sync(
+        client, [keyspace.signin_code(phone), keyspace.signin_sent(phone)],
+        [digest(secret, phone, code) if real else NEVER, CODE_LIFE_S * 1000, RESEND_GAP_S * 1000,
+         PER_PHONE_HOUR, HOUR_MS, 0])
+    if int(status) == 1:
+        raise TooSoon(wait_s=_seconds(wait))
+    if int(status) == 2:
+        raise TooMany(wait_s=_seconds(wait))
+    return code if real else None
+
+
+def withdraw(client, phone: str) -> None:
+    """The SMS did not go out: drop the code (it was never delivered). The send still counts
+    against the hourly caps, which is what keeps a failing provider from being hammered."""
+    client.delete(keyspace.signin_code(phone))
+
+
+def check(client, secret: bytes, phone: str, code: str) -> None:
+    """Try `code`; returns when right (the code is consumed), else the refusal."""
+    status, left = store.script("signin_verify").call_sync(
+        client, [keyspace.signin_code(phone)], [digest(secret, phone, code), TRIES, 0])
+    status = int(status)
+    if status == 1:
+        raise WrongCode(wait_s=0)
+    if status == 2:
+        raise CodeExpired()
+    if status == 3:
+        raise TooManyTries()
+
+
+def account_for(client, phone: str, signup_open: bool, signup_credit_toman: str) -> str:
+    """The verified phone's account; with sign-up open, a new one when it has none."""
+    owner = phone_index.owner(client, phone)
+    if owner == phone_index.SHARED or (owner is None and not signup_open):
+        raise CodeExpired()  # unreachable for a real code; said the way an unknown phone's is
+    if owner is not None:
+        return owner
+    try:
+        return accounts.create_account(client, phone, money.parse_toman(signup_credit_toman), actor="signup")
+    except accounts.PhoneInUse:  # a second sign-up for the same phone won the race: the same account
+        return phone_index.owner(client, phone)
+
+
+def _seconds(wait_ms) -> int:
+    return max(1, -(-int(wait_ms) // 1000))
+
+
+# ---- the flow (async: the dashboard's handlers) ------------------------------------------------
+
+@dataclass
+class SignIn:
+    """One per node: the SMS driver, the secret, the sign-up policy, and how long real sends
+    take (what a code that is never sent waits, so both answers take about as long)."""
+
+    sender: object
+    secret: bytes
+    signup_open: bool = False
+    signup_credit_toman: str = "0"
+    typical_send_s: float = 0.0
+
+    async def ask(self, call, phone_text: str, address: str, text_for) -> str:
+        """Send a code to the phone as typed; returns the canonical phone. `call` runs a sync
+        store function in the executor; `text_for(code)` is the message in the page's language."""
+        phone = canonical_phone(phone_text)
+        code = await call(issue, self.secret, phone, address, self.signup_open)
+        if code is None:
+            await asyncio.sleep(self.typical_send_s * random.uniform(0.8, 1.2))
+            return phone
+        started = time.monotonic()
+        try:
+            await self.sender.send_code(phone, code, text_for(code))
+        except SmsFailed:
+            await call(withdraw, phone)
+            raise NotSent() from None
+        took = time.monotonic() - started
+        self.typical_send_s = took if not self.typical_send_s else 0.8 * self.typical_send_s + 0.2 * took
+        return phone
+
+    async def verify(self, call, phone_text: str, code_text: str) -> tuple[str, str]:
+        """(account id, canonical phone) for a right code, else the refusal."""
+        phone = canonical_phone(phone_text)
+        await call(check, self.secret, phone, normalize_code(code_text))
+        account_id = await call(account_for, phone, self.signup_open, self.signup_credit_toman)
+        return account_id, phone
