@@ -28,6 +28,10 @@ def audit(deep: bool, as_json: bool) -> None:
     emit(result, table=t)
     for d in result["duplicate_phones"]:  # none of them signs in to the dashboard until resolved
         warn(f"phone {d['phone']} is shared by accounts {', '.join(d['account_ids'])}")
+    for p in result["payment_mismatches"]:
+        warn(f"account {p['account_id']}: {p['problem']} ({p['order_id'] or p['ref']})")
+    if result["payment_mismatches"] and not bad:
+        raise Refused(f"{len(result['payment_mismatches'])} payments do not match their orders")
     if bad:
         names = ", ".join(m["account_id"] for m in bad[:10]) + (" …" if len(bad) > 10 else "")
         raise Refused(f"{len(bad)} accounts do not add up: {names}")

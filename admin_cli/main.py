@@ -113,7 +113,8 @@ def _register() -> None:
 
     for name, attrs in (("account", ("account",)), ("key", ("key",)), ("models", ("models",)),
                         ("usage", ("usage",)), ("overview", ("overview",)), ("audit", ("audit",)), ("requests", ("requests", "request")),
-                        ("admin_token", ("admin_token",)), ("webhook", ("webhook",))):
+                        ("admin_token", ("admin_token",)), ("webhook", ("webhook",)),
+                        ("payments", ("payments",))):
         try:
             mod = importlib.import_module(f"admin_cli.{name}")
         except ModuleNotFoundError as e:  # a noun not built yet

@@ -19,6 +19,12 @@
     upgate/webhooks/events.py renders as the transaction object), and the low-balance alert is
     decided: a debit may fire it, a credit that brings the available balance back re-arms it.
 
+  A payment's credit (upgate/payments/) also names its order (KEYS[7], in the same slot): the order
+  must exist, be of this amount and carry this ref, or nothing is written; when the credit is
+  applied or replayed, the order is marked paid (ref_id, card_pan, paid_ms, transaction_id) in
+  this same step if it is not already, and `payment.succeeded` is emitted. The order's state and
+  the credit can therefore never diverge, however many callers race.
+
   A record in the log is the string "<time ms>|<kind>|<amount>|<balance after>|<json>", where
   <json> (built by upgate/services/transactions.py) holds id, ref, note and actor; amounts in micro-toman.
 
@@ -29,6 +35,7 @@
     KEYS[4] webhook outbox   list {a:<acct>}:outbox
     KEYS[5] outbox state     hash {a:<acct>}:outbox:state
     KEYS[6] outbox index     zset webhooks:outbox | whout:{<slot tag>}
+    KEYS[7] order            hash {a:<acct>}:order:<id> (optional: a payment's credit)
     ARGV[7] account id       (the events' account_id)
     ARGV[1] kind             "opening" | "topup" | "adjustment" | "migrate" (only the migration)
     ARGV[2] amount           integer micro-toman; |amount| <= ARGV[3]
@@ -36,6 +43,7 @@
     ARGV[4] ref              "" = none
     ARGV[5] record json      {"id", "ref", "note", "actor"}
     ARGV[6] migration json   the same for a migration's opening transaction
+    ARGV[8] bank json        with KEYS[7]: {"ref_id", "card_pan"} from the gateway's verify
 
   Output: {code, balance, record}
     {0, balance, record}     applied
@@ -43,6 +51,8 @@
     {2, balance, ""}         the new balance would pass +/- max: nothing written
     {3, balance, record}     replayed: this ref was used with this kind and amount (the first record)
     {4, balance, record}     conflict: this ref was used with another kind or amount (its record)
+    {5, balance, ""}         KEYS[7] given and no such order: nothing written
+    {6, balance, ""}         the order's amount or ref is not this credit's (or kind is not topup)
 ]]
 local wallet, refs, txns = KEYS[1], KEYS[2], KEYS[3]
 local kind, amount_text = ARGV[1], ARGV[2]
@@ -60,6 +70,31 @@ if kind == 'migrate' then
   return {0, balance, ''}
 end
 
+local order = KEYS[7]
+if order then
+  local o = rcall('HMGET', order, 'amount', 'ref')
+  if not o[1] then
+    return {5, balance, ''}
+  end
+  if kind ~= 'topup' or o[1] ~= amount_text or o[2] ~= ref or ref == '' then
+    return {6, balance, ''}
+  end
+end
+
+-- The order of a payment's credit becomes paid, once, with the first transaction's id.
+local function order_paid(record)
+  if not order or rcall('HGET', order, 'status') == 'paid' then
+    return
+  end
+  local txn = cjson.decode(string.match(record, '^[^|]*|[^|]*|[^|]*|[^|]*|(.*)$'))
+  local bank = cjson.decode(ARGV[8])
+  rcall('HSET', order, 'status', 'paid', 'paid_ms', istr(now), 'transaction_id', txn.id,
+        'ref_id', tostring(bank.ref_id or ''), 'card_pan', tostring(bank.card_pan or ''))
+  rcall('HDEL', order, 'reason')
+  emit_event(KEYS[4], KEYS[5], KEYS[6], ARGV[7], 'payment.succeeded',
+             {account_id = ARGV[7], order_hash = rcall('HGETALL', order)}, now)
+end
+
 if ref ~= '' then
   local seen = rcall('HGET', refs, ref)
   if seen then
@@ -67,6 +102,7 @@ if ref ~= '' then
     local first = rcall('LINDEX', txns, tonumber(position) - 1)
     rcall('HSET', refs, ref, seen)
     if used == kind .. '|' .. amount_text then
+      order_paid(first)
       return {3, balance, first}
     end
     return {4, balance, first}
@@ -93,4 +129,5 @@ if kind == 'topup' or kind == 'adjustment' then
              {account_id = ARGV[7], transaction_record = record, balance_toman = toman(after)}, now)
   low_balance_check(wallet, KEYS[4], KEYS[5], KEYS[6], ARGV[7], now, amount > 0)
 end
+order_paid(record)
 return {0, after, record}

@@ -1,7 +1,8 @@
 """Every operator action on every face (OPERATORS.md): the service layer's operations, each with
 its CLI command, management API route and console route, or a reason it is deliberately absent
 there. The test enumerates the service functions that act on the store (every public function
-of upgate/services/* and upgate/webhooks/service.py whose first parameter is the store client)
+of upgate/services/*, upgate/webhooks/service.py and upgate/payments' orders, service and audit
+whose first parameter is the store client)
 and fails when one is neither an action below nor named as plumbing; it resolves every command
 and route named here against the real Click tree, the API's handlers and the console's route
 table; and it fails when a face offers an action this table does not know."""
@@ -75,11 +76,15 @@ ACTIONS = {
                  "GET /admin/v1/overview", "GET /admin/"),
     "audit": (("audit.run",), "audit", "GET /admin/v1/audit", "GET /admin/audit"),
     "admin_log.read": (("admin_log.read",), "admin-token log", "GET /admin/v1/audit-log", "GET /admin/audit"),
-    "webhook.failed": (("service.list_failed",), "webhook failed", "GET /admin/v1/webhooks/failed",
+    "webhook.failed": (("webhooks.service.list_failed",), "webhook failed", "GET /admin/v1/webhooks/failed",
                        "GET /admin/webhooks"),
-    "webhook.resend": (("service.resend",), "webhook resend", "POST /admin/v1/webhooks/resend",
+    "webhook.resend": (("webhooks.service.resend",), "webhook resend", "POST /admin/v1/webhooks/resend",
                        "POST /admin/webhooks/resend"),
     "webhook.test": ((), "webhook test", "POST /admin/v1/webhooks/test", "POST /admin/webhooks/test"),
+    "payments.list": (("payments.orders.list_orders",), "payments list", "GET /admin/v1/payments", "GET /admin/payments"),
+    "payments.show": (("payments.orders.get",), "payments show", "GET /admin/v1/payments/{id}", "GET /admin/payments"),
+    "payments.verify": (("payments.service.verify_id", "payments.service.verify"), "payments verify",
+                        "POST /admin/v1/payments/{id}/verify", "POST /admin/payments/{order_id}/verify"),
     "admin_token.create": (("admin_tokens.create",), "admin-token create", NO_TOKENS, NO_TOKENS),
     "admin_token.list": (("admin_tokens.list_tokens",), "admin-token list", NO_TOKENS, NO_TOKENS),
     "admin_token.revoke": (("admin_tokens.revoke",), "admin-token revoke", NO_TOKENS, NO_TOKENS),
@@ -108,25 +113,39 @@ PLUMBING = {
     "signin.check": "the account holder's sign-in by SMS code (the dashboard)",
     "signin.account_for": "the account holder's sign-in by SMS code (the dashboard)",
     "signin.withdraw": "the account holder's sign-in by SMS code (the dashboard)",
+    "payments.orders.create": "the account holder's top-up order (the dashboard's payments.service.start)",
+    "payments.orders.set_authority": "a step of starting a payment with the bank",
+    "payments.orders.by_authority": "how the bank's callback finds its order",
+    "payments.orders.end": "a step of verifying a payment",
+    "payments.orders.close": "a step of verifying a payment",
+    "payments.orders.open_orders": "the reconciler's read of orders still open",
+    "payments.service.start": "the account holder's top-up (the dashboard), not the operator's",
+    "payments.service.callback": "the bank's return to the gateway, not the operator's",
+    "payments.service.reconcile": "every node's reconciler, in the background",
+    "payments.audit.check": "a part of the audit (audit.run)",
 }
 # routes of a face that are not an operator's action
 CONSOLE_PLUMBING = {"GET /admin/login", "POST /admin/login", "POST /admin/logout", "GET /admin/static/x"}
 API_PLUMBING = {"GET /admin/v1/openapi.json"}
-SAMPLE = {"{id}": "2f0c6a1e-0000-4000-8000-000000000000", "{key_id}": "9f2c4e1a0b3d5c7e",
+SAMPLE = {"{id}": "2f0c6a1e-0000-4000-8000-000000000000", "{key_id}": "9f2c4e1a0b3d5c7e", "{order_id}": "ord_0123abcd",
           "{request_id}": "req_0123456789abcdef01234567"}
 
 
 def service_operations() -> set[str]:
+    """`module.function` (upgate.services. and upgate. left out) of every public function on
+    the store in the service layer and in the money faces' own services (webhooks, payments)."""
     mods = [f"upgate.services.{m.name}" for m in pkgutil.iter_modules(upgate.services.__path__)]
     out = set()
-    for name in [*mods, "upgate.webhooks.service"]:
+    for name in [*mods, "upgate.webhooks.service", "upgate.payments.orders", "upgate.payments.service",
+                 "upgate.payments.audit"]:
         mod = importlib.import_module(name)
+        short = name.removeprefix("upgate.services.").removeprefix("upgate.")
         for fn_name, fn in vars(mod).items():
             if fn_name.startswith("_") or not inspect.isfunction(fn) or fn.__module__ != name:
                 continue
             params = list(inspect.signature(fn).parameters)
             if params and params[0] == "client":
-                out.add(f"{name.rsplit('.', 1)[1]}.{fn_name}")
+                out.add(f"{short}.{fn_name}")
     return out
 
 

@@ -11,8 +11,8 @@ LAYERS = [
     ("base", ["upgate", "upgate.errors", "upgate.settings"]),
     ("store, wire", ["upgate.store", "upgate.http", "upgate.upstream", "upgate.sms"]),
     ("money, catalog", ["upgate.billing", "upgate.catalog"]),
-    ("services", ["upgate.services", "upgate.webhooks", "upgate.i18n"]),
-    ("faces", ["upgate.handlers", "upgate.console", "upgate.dashboard", "upgate.payments", "admin_cli",
+    ("services", ["upgate.services", "upgate.webhooks", "upgate.i18n", "upgate.payments"]),
+    ("faces", ["upgate.handlers", "upgate.console", "upgate.dashboard", "admin_cli",
                "upgate.mock"]),
     ("entry points", ["upgate.app", "upgate.context", "upgate.server", "upgate.cli", "upgate.demo"]),
 ]

@@ -53,6 +53,7 @@ upgate demo is running (mock provider; nothing leaves this machine).
   admin API  {root}/admin/v1  (docs/admin-api.md)
   dashboard  {root}/dashboard/  (the customer's side: sign in with the phone {DEMO_PHONE}; its
              code is not texted but printed below, as a {{"event": "sms", ...}} line)
+  top up     {root}/dashboard/topup  (the built-in test bank: Pay or Cancel, no real money)
 
 Try it:
 
@@ -73,8 +74,8 @@ Ctrl-C stops it.
 
 async def _main(sockets, port: int, mock_port: int) -> None:
     pepper = secrets.token_hex(16)
-    root = f"http://127.0.0.1:{port}"
-    settings = Settings(redis_url="memory://", key_pepper=pepper, providers_path="(demo)",
+    root = f"http://127.0.0.1:{port}"  # payments: the built-in `fake` gateway (docs/payments.md)
+    settings = Settings(redis_url="memory://", key_pepper=pepper, providers_path="(demo)", payments="fake",
                         public_url=root, topup_url=root + "/dashboard/topup")  # SMS: the log driver
     await mock_upstream.serve(mock_port)
     providers = {"mock": Provider(name="mock", base_url=f"http://127.0.0.1:{mock_port}/v1",

@@ -135,11 +135,12 @@ def run(settings: Settings, providers: dict, port: int, processes: int, host: st
     raise_fd_limit()
     sockets = bind(port, host)
     check_store(settings.redis_url)
+    if settings.topup_url_is_placeholder:  # every 402 would send customers to a dead address
+        # (here, once the settings proved workable: a refused start says one line, its error)
+        log.warning("neither UPGATE_PUBLIC_URL (the dashboard's top-up page) nor UPGATE_TOPUP_URL is "
+                    "set: 402 answers give customers the placeholder %s as where to top up", settings.topup_url)
     log.info("listening on %s%s", address(host, sockets),
              f" ({processes} worker processes)" if processes > 1 else "")
-    if settings.topup_url_is_placeholder:  # every 402 would send customers to a dead address
-        log.warning("UPGATE_TOPUP_URL is not set: 402 answers give customers the placeholder %s as "
-                    "where to top up", settings.topup_url)
     if processes > 1:
         _prefork(processes)
     use_uvloop()

@@ -81,6 +81,17 @@ class Settings:
     sms_url: str = ""  # a provider's base address (tests: a loopback fake)
     signup_open: bool = False  # UPGATE_SIGNUP=open: a verified phone without an account gets one
     signup_credit_toman: str = "0"  # its opening balance
+    # payments (docs/payments.md): off | zarinpal | zibal | fake
+    payments: str = "off"
+    zarinpal_merchant_id: str = ""
+    zarinpal_url: str = "https://payment.zarinpal.com"
+    zibal_merchant: str = ""
+    zibal_url: str = "https://gateway.zibal.ir"
+    topup_min_toman: int = 10_000
+    topup_max_toman: int = 50_000_000
+    payments_timeout_s: float = 10.0  # one call to the payment gateway (at most 30)
+    payments_reconcile_s: float = 60.0  # how often open orders are verified again
+    payments_expire_s: float = 1800.0  # an order unpaid this long is expired
     extra: dict = field(default_factory=dict)
 
     @property
@@ -111,8 +122,36 @@ def _webhook_url(env: dict) -> str:
     return url
 
 
+PAYMENT_GATEWAYS = ("off", "zarinpal", "zibal", "fake")
+
+
+def _payments(env: dict) -> dict:
+    """The payment settings (CUSTOMERS.md, "Paying"), checked at start-up."""
+    gateway = (env.get("UPGATE_PAYMENTS") or "off").strip().lower()
+    if gateway not in PAYMENT_GATEWAYS:
+        raise SettingsError(f"UPGATE_PAYMENTS must be one of {', '.join(PAYMENT_GATEWAYS)}, got {gateway!r}")
+    low = _positive(env, "UPGATE_TOPUP_MIN_TOMAN", Settings.topup_min_toman)
+    high = _positive(env, "UPGATE_TOPUP_MAX_TOMAN", Settings.topup_max_toman)
+    if low > high:
+        raise SettingsError(f"UPGATE_TOPUP_MIN_TOMAN ({low}) is above UPGATE_TOPUP_MAX_TOMAN ({high})")
+    timeout = _float(env, "UPGATE_PAYMENTS_TIMEOUT_S", Settings.payments_timeout_s)
+    if timeout > 30:
+        raise SettingsError(f"UPGATE_PAYMENTS_TIMEOUT_S must be at most 30 (the callback page waits for it), got {timeout:g}")
+    return dict(
+        payments=gateway,
+        zarinpal_merchant_id=env.get("UPGATE_ZARINPAL_MERCHANT_ID", "").strip(),
+        zarinpal_url=(env.get("UPGATE_ZARINPAL_URL") or Settings.zarinpal_url).rstrip("/"),
+        zibal_merchant=env.get("UPGATE_ZIBAL_MERCHANT", "").strip(),
+        zibal_url=(env.get("UPGATE_ZIBAL_URL") or Settings.zibal_url).rstrip("/"),
+        topup_min_toman=low, topup_max_toman=high, payments_timeout_s=timeout,
+        payments_reconcile_s=_float(env, "UPGATE_PAYMENTS_RECONCILE_S", Settings.payments_reconcile_s),
+        payments_expire_s=_float(env, "UPGATE_PAYMENTS_EXPIRE_S", Settings.payments_expire_s),
+    )
+
+
 def from_env(env: dict | None = None) -> Settings:
     env = os.environ if env is None else env
+    pay = _payments(env)
     webhook_timeout_s = _float(env, "UPGATE_WEBHOOK_TIMEOUT_S", 10.0)
     webhook_claim_s = _float(env, "UPGATE_WEBHOOK_CLAIM_S", 60.0)
     if webhook_claim_s <= webhook_timeout_s:  # else a live node's attempt would be taken from it
@@ -146,6 +185,7 @@ def from_env(env: dict | None = None) -> Settings:
         request_log_days=_positive(env, "UPGATE_REQUEST_LOG_DAYS", Settings.request_log_days),
         request_log_max=_positive(env, "UPGATE_REQUEST_LOG_MAX", Settings.request_log_max),
         **_dashboard(env),
+        **pay,
     )
 
 

@@ -93,6 +93,8 @@ def test_a_customer_from_sign_in_to_statement(browser, node, redis_url, mock, la
         form = page.locator("#create form")
         form.locator("input[name=name]").fill("browser " + lang)
         form.locator("input[name=rate_limit_rpm]").fill("120" if lang == "en" else "۱۲۰")
+        # an expiry: Jalali typed in Persian, the browser's date picker in English
+        form.locator("input[name=expires_at]").fill("2031-03-21" if lang == "en" else "۱۴۱۰/۰۱/۰۱")
         form.locator("button[type=submit]").click()
         new_key = page.locator("#newkey").input_value()
         assert new_key.startswith("sk-up-") and len(new_key) == 46
@@ -113,6 +115,15 @@ def test_a_customer_from_sign_in_to_statement(browser, node, redis_url, mock, la
         assert new_key not in page.content()  # never again
         mine = page.locator("details", has_text=new_key[:10])
         mine.locator("summary").click()
+        v.shoot("key-edit")
+        # a refused setting: the service's own message, the form as typed, nothing written
+        mine.locator("input[name=rate_limit_rpm]").fill("6000")
+        mine.locator("form[action$='/update'] button[type=submit]").click()
+        assert "rpm must be a whole number from 1 to 600" in page.locator(".flash.error").inner_text()
+        mine = page.locator("details", has_text=new_key[:10])
+        assert mine.locator("input[name=rate_limit_rpm]").input_value() == "6000"  # shown open, as typed
+        v.shoot("key-refused")
+        mine.locator("input[name=rate_limit_rpm]").fill("120")
         mine.locator("input[name=monthly_limit_toman]").fill("5000" if lang == "en" else "۵۰۰۰")
         mine.locator("form[action$='/update'] button[type=submit]").click()
         page.wait_for_url("**/dashboard/keys?done=updated")
@@ -120,6 +131,7 @@ def test_a_customer_from_sign_in_to_statement(browser, node, redis_url, mock, la
         assert me["key"]["monthly_limit_toman"] == "5000.000000" and me["key"]["rate_limit_rpm"] == 120
         row = page.locator("tr", has_text="browser " + lang)
         assert ("5,000" if lang == "en" else "۵٬۰۰۰") in row.inner_text()
+        assert ("1410/01/01" if lang == "en" else "۱۴۱۰/۰۱/۰۱") in row.inner_text()  # Jalali, Tehran time
         v.shoot("keys")
 
         # --- look up the request ------------------------------------------------------------------

@@ -24,7 +24,7 @@ def me(node, headers):
 
 
 def test_me_fields_and_arithmetic(node, redis_url):
-    key, account_id, key_id = seed(redis_url, balance="1234.5", name="ci", rpm=100,
+    key, account_id, key_id = seed(redis_url, balance="1234.5", phone="09121234567", name="ci", rpm=100,
                                    monthly_limit_micro=50_000_000, allowed_models=["mock/chat-1"])
     r = redis.Redis.from_url(redis_url)
     r.hset(keyspace.wallet(account_id), "held", 1_500_000)  # an open hold of 1.5 toman

@@ -75,7 +75,8 @@ def test_part_of_a_phone_finds_every_account_holding_it(client):
     page = account_list.browse(client, q="۰۹۱۲۰۰۰۰۰۱")  # 0912000001x: accounts 10 and 11
     assert {v["account_id"] for v in page["data"]} == set(ids[10:12])
     assert account_list.browse(client, q="000 0007")["data"][0]["account_id"] == ids[7]
-    assert account_list.browse(client, q="0999")["data"] == []
+    # no phone holds 0999 (a random account id may: part of an id is searched too)
+    assert all("0999" in v["account_id"] for v in account_list.browse(client, q="0999")["data"])
 
 
 def test_ids_key_prefix_and_request_id(client):

@@ -357,3 +357,23 @@ def test_operations_on_a_redis_cluster(cluster_url):
     assert client.get(keyspace.keyhash(h)) is None
     assert [v["state"] for v in keys.list_keys(client, acct)] == ["revoked"]
     assert [a["account_id"] for a in accounts.list_accounts(client)] == [acct]
+
+
+def test_form_settings_take_persian_digits_and_a_jalali_expiry():
+    """The console's and the dashboard's key forms (keys.form_settings)."""
+    from datetime import datetime, timezone
+
+    from upgate.billing import jalali
+
+    form = {"name": " ci ", "rate_limit_rpm": "۱۲۰", "monthly_limit_toman": "۵۰۰۰", "allowed_models": "",
+            "expires_at": "۱۴۱۰/۰۱/۰۱"}
+    out = keys.form_settings(lambda f: form.get(f, ""), clearing=True)
+    start = datetime(2031, 3, 21, tzinfo=jalali.TEHRAN)  # 1410-01-01 begins at Tehran's midnight
+    assert out == {"name": "ci", "rpm": 120, "monthly_limit_micro": 5_000_000_000, "allowed_models": None,
+                   "expires_at_ms": int(start.timestamp() * 1000)}
+    assert keys.form_settings(lambda f: {"expires_at": "2031-03-21"}.get(f, ""), clearing=False) == {
+        "expires_at_ms": int(datetime(2031, 3, 21, tzinfo=timezone.utc).timestamp() * 1000)}
+    for field, bad in (("expires_at", "1400/01/01"), ("expires_at", "1405/13/01"), ("rate_limit_rpm", "6000")):
+        with pytest.raises(keys.InvalidKeySetting) as e:
+            keys.form_settings(lambda f: {field: bad}.get(f, ""), clearing=False)
+        assert e.value.field == field

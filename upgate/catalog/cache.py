@@ -99,6 +99,8 @@ class Catalog:
             if self._snap is not None:
                 log.warning("the store holds no catalog; keeping version %s", self._snap.version)
             return
+        if self._snap is not None and snap.version == self._snap.version:
+            return  # a poll and an event both read it while the other was building: in force once
         self._snap = snap
         log.info("catalog version %s in force: %d models", snap.version, len(snap.all))
 
@@ -133,7 +135,7 @@ class Catalog:
             try:
                 remote = await self.client.hget(keyspace.CATALOG_META, "version")
                 if remote is not None and text(remote) != self.version:
-                    await self.reload()
+                    await self.on_event({"t": "catalog"})  # coalesced with an event's reload
             except asyncio.CancelledError:
                 raise
             except Exception as e:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import tornado.web
 
-from upgate.console import operations, pages
+from upgate.console import operations, pages, payments
 from upgate.console.base import STATIC
 from upgate.handlers.guard import BodyGuard
 
@@ -44,6 +44,8 @@ def routes(ctx) -> list:
         (r"/admin/audit", operations.AuditHandler, d),
         (r"/admin/webhooks", operations.WebhooksHandler, d),
         (r"/admin/webhooks/(resend|test)", operations.WebhookWriteHandler, d),
+        (r"/admin/payments", payments.PaymentsHandler, d),
+        (r"/admin/payments/(ord_[0-9a-f]{1,40})/verify", payments.PaymentVerifyHandler, d),
         (r"/admin/static/(.*)", StaticHandler, {"path": STATIC}),
         # last: any other /admin/ address is the console's own 404 page (/admin/v1/... is the
         # management API's, whose routes come first and whose unknown paths answer JSON)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from upgate.billing import jalali
 from upgate.catalog import rules as catalog, store as catalog_store
 from upgate.services import accounts, keys, records, statements, transactions, usage
+from upgate.payments import orders
 
 REQUESTS_SHOWN = 25
 
@@ -44,6 +45,9 @@ def is_request_id(q: str) -> bool:
     return (q or "").strip().startswith("req_")
 
 
+ORDERS_SHOWN = 10  # the account page's newest top-up orders (all of them: /admin/payments)
+
+
 def account_page(client, account_id: str, month: str | None, default_quota: int) -> dict:
     view = accounts.show(client, account_id)
     acct = view["account_id"]
@@ -59,6 +63,7 @@ def account_page(client, account_id: str, month: str | None, default_quota: int)
         "transactions": transactions.list_transactions(client, acct, month=month),
         "statement": statements.statement(client, acct, month),
         "requests": records.list_requests(client, acct, limit=REQUESTS_SHOWN),
+        "orders": orders.list_orders(client, account_id=acct, limit=ORDERS_SHOWN)["data"],
     }
     # the objects this page is drawn from, as the API and `upgate-admin --json` show them (one
     # function per noun): published in the page as data (objects.html), shown by nothing else

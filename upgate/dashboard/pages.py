@@ -87,6 +87,15 @@ class KeysHandler(Page):
         visible = sorted(m.id for m in self.ctx.catalog.visible())
         return next((m for m in visible if not m.endswith(":free")), visible[0] if visible else "MODEL")
 
+    def refusal(self, e: ValueError) -> str:
+        """The field at fault in the page's language; the service's own one line follows."""
+        _ = self.locale.translate
+        label = {"name": _("Name"), "rate_limit_rpm": _("Requests per minute"),
+                 "monthly_limit_toman": _("Monthly limit"), "allowed_models": _("Allowed models"),
+                 "expires_at": _("Expires")}.get(getattr(e, "field", None))
+        lead = _("{field} was not accepted.").format(field=label) if label else _("Not saved:")
+        return lead + "\n" + str(e)
+
     def base_url(self) -> str:
         """The /v1 address the customer's code should call: UPGATE_PUBLIC_URL, else this host."""
         public = self.ctx.settings.public_url
@@ -100,7 +109,7 @@ class KeysHandler(Page):
             full, key_id, prefix = await self.call(keys.create_key, self.ctx.settings.key_pepper,
                                                    self.account_id, **settings)
         except ValueError as e:
-            await self.show(message=str(e), form="create", status=400)
+            await self.show(message=self.refusal(e), form="create", status=400)
             return
         await self.show(new_key={"key": full, "key_id": key_id, "prefix": prefix}, status=201)
 
@@ -113,7 +122,7 @@ class KeyUpdateHandler(KeysHandler):
         except keys.UnknownKey:  # another account's key: the same 404 as a missing one
             raise tornado.web.HTTPError(404) from None
         except ValueError as e:
-            await self.show(message=str(e), form="update", target=key_id, status=400)
+            await self.show(message=self.refusal(e), form="update", target=key_id, status=400)
             return
         self.redirect(PREFIX + "/keys?done=updated", status=303)
 

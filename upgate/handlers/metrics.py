@@ -54,6 +54,10 @@ class Metrics:
                                 "(given up after the retry window), overflow (moved to the failed list from a full "
                                 "outbox), dropped (lost: webhooks off, or the failed list full)", ["outcome"], registry=r)
         self.cooldowns = Counter("upgate_cooldowns_total", "Models turned cold", ["model"], registry=r)
+        self.payments = Counter("upgate_payments_total", "Payment verifications and their outcomes, per "
+                                "gateway: paid (credited now), already_paid, not_paid, amount_mismatch, "
+                                "unavailable, refused, expired; started (sent to the bank page)",
+                                ["gateway", "outcome"], registry=r)
         # livesum: the sum over the workers alive now (a dead worker's file is dropped)
         self.streams = Gauge("upgate_open_streams", "Streams open on this node", registry=r,
                              multiprocess_mode="livesum")
@@ -72,6 +76,10 @@ class Metrics:
         if found is None:
             found = self._children[key] = metric.labels(*labels)
         return found
+
+    def count_payment(self, gateway: str, outcome: str, n: int = 1) -> None:
+        """One payment step's outcome (upgate/payments/): bounded labels, gateways × outcomes."""
+        self.count(self.payments, (gateway, outcome), n)
 
     def count(self, metric, labels: tuple = (), n: int = 1) -> None:
         """Add `n` to a counter (or move a gauge) with these label values, at the next flush."""

@@ -90,6 +90,12 @@ class Formatter:
         """The UTC date of a moment, "2027-03-20" (a date field's value)."""
         return dates.iso(value)[:10]
 
+    def jalali_date(self, value) -> str:
+        """The Tehran day of a moment as a Jalali date with ASCII digits, "1405/12/29" (a form
+        field's value: what the customer would type)."""
+        text = dates.jalali_text(value)
+        return "" if text == numbers.DASH else text[:10].replace("-", "/")
+
     def plain(self, micro: int | None) -> str:
         """Micro-toman as a form field's plain value ("1500", "0.25"): ASCII digits, no separators."""
         return numbers.plain_toman(micro)

@@ -27,7 +27,12 @@ class AccountError(ValueError):
     field: str | None = None
 
 
-class UnknownAccount(AccountError):
+class NotFound(AccountError):
+    """An id that names nothing (an account, an order …): `not_found` on every face
+    (upgate/services/refusals.py). A face's own nouns subclass it."""
+
+
+class UnknownAccount(NotFound):
     """No account has this id."""
 
 

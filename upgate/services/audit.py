@@ -76,20 +76,26 @@ def _check(client, ids: list[str], deep: bool) -> list[dict]:
 
 def run(client, *, deep: bool = False, batch: int = BATCH) -> dict:
     """Check every account: {"accounts": N, "mismatches": [{account_id, balance_toman,
-    expected_toman}], "duplicate_phones": [{phone, account_ids}]}. Also (re)builds the index
+    expected_toman}], "duplicate_phones": [{phone, account_ids}], "payment_mismatches":
+    [{account_id, order_id, ref, problem}] (upgate/payments/audit.py)}. Also (re)builds the index
     phone → account (services/phone_index.py), which migrates accounts made before it."""
-    count, mismatches, ids, every = 0, [], [], []
+    from upgate.payments import audit as payments_audit
+
+    count, mismatches, ids, every, payments = 0, [], [], [], []
     for raw in client.sscan_iter(keyspace.ACCOUNTS, count=batch):
         ids.append(store.text(raw))
         if len(ids) >= batch:
             mismatches += _check(client, ids, deep)
+            payments += payments_audit.check(client, ids)
             count += len(ids)
             every += ids
             ids = []
     if ids:
         mismatches += _check(client, ids, deep)
+        payments += payments_audit.check(client, ids)
         count += len(ids)
         every += ids
     mismatches.sort(key=lambda m: m["account_id"])
     duplicates = phone_index.rebuild(client, every)
-    return {"accounts": count, "mismatches": mismatches, "duplicate_phones": duplicates}
+    return {"accounts": count, "mismatches": mismatches, "duplicate_phones": duplicates,
+            "payment_mismatches": payments}

@@ -28,6 +28,7 @@ from __future__ import annotations
 import re
 import secrets
 import time
+from datetime import datetime
 
 import orjson
 
@@ -211,6 +212,24 @@ def list_keys(client, account_id: str) -> list[dict]:
     return out
 
 
+JALALI_DATE = re.compile(r"^(1[2-4][0-9]{2})[-/]([0-9]{1,2})[-/]([0-9]{1,2})$")
+
+
+def parse_form_expiry(text: str) -> int:
+    """A form's expiry: a Jalali date (``1405/12/29``; years 1200–1499 cannot be Gregorian
+    ones a person means) is the start of that day in Tehran; anything else is `parse_expires`'s
+    ISO 8601. Must be in the future."""
+    m = JALALI_DATE.match(text.strip())
+    if not m:
+        return parse_expires(text)
+    try:
+        day = jalali.parse_day("-".join(m.groups()))
+    except ValueError as e:
+        raise InvalidKeySetting(str(e)) from None
+    start = datetime.combine(day.togregorian(), datetime.min.time(), jalali.TEHRAN)
+    return check_expires(int(start.timestamp() * 1000))
+
+
 def form_settings(arg, *, clearing: bool) -> dict:
     """A key form's fields (named as the management API names them: name, rate_limit_rpm,
     monthly_limit_toman, allowed_models, expires_at; `arg(field)` → the trimmed text) →
@@ -224,18 +243,23 @@ def form_settings(arg, *, clearing: bool) -> dict:
     parsers = {"monthly_limit_toman": ("monthly_limit_micro",
                                        parse_monthly_limit),
                "allowed_models": ("allowed_models", parse_models),
-               "expires_at": ("expires_at_ms", parse_expires)}
+               "expires_at": ("expires_at_ms", parse_form_expiry)}
     out: dict = {}
     name = (arg("name") or "").strip()
     if name or clearing:
         out["name"] = name or None
-    if text("rate_limit_rpm"):
-        out["rpm"] = parse_rpm(text("rate_limit_rpm"))
-    for field, (kwarg, parse) in parsers.items():
+    try:
+        field = "rate_limit_rpm"
         if text(field):
-            out[kwarg] = parse(text(field))
-        elif clearing:
-            out[kwarg] = None
+            out["rpm"] = parse_rpm(text(field))
+        for field, (kwarg, parse) in parsers.items():
+            if text(field):
+                out[kwarg] = parse(text(field))
+            elif clearing:
+                out[kwarg] = None
+    except ValueError as e:
+        e.field = field  # the form field at fault, for a face that names it in its own words
+        raise
     return out
 
 

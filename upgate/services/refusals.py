@@ -13,11 +13,11 @@ from dataclasses import dataclass
 
 from upgate.catalog import store as catalog_store
 from upgate.services import records, transactions
-from upgate.services.account_rules import PhoneInUse, UnknownAccount
+from upgate.services.account_rules import NotFound, PhoneInUse, UnknownAccount
 from upgate.services.key_rules import UnknownKey
 from upgate.webhooks.service import UnknownEvent
 
-NOT_FOUND = (UnknownAccount, UnknownKey, records.UnknownRequest, UnknownEvent)
+NOT_FOUND = (NotFound, UnknownAccount, UnknownKey, records.UnknownRequest, UnknownEvent)
 
 
 @dataclass(frozen=True)

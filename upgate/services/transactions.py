@@ -51,6 +51,19 @@ class IdempotencyConflict(AccountError):
     field = "ref"
 
 
+class UnknownOrder(AccountError):
+    """A payment's credit names an order that does not exist (lua/credit.lua code 5)."""
+
+    field = "order"
+
+
+class OrderMismatch(AccountError):
+    """A payment's credit does not match its order's amount or ref (lua/credit.lua code 6):
+    nothing was credited."""
+
+    field = "order"
+
+
 class NotDurable(Exception):
     """The transaction was applied on the master, but no replica confirmed it in time: a
     failover now could lose it. ``result`` is what the call would have returned."""
@@ -143,14 +156,20 @@ def _replicas(node) -> int:
 
 
 def credit(client, acct: str, kind: str, amount_micro: int, *, ref: str | None = None,
-           note: str | None = None, actor: str = "cli") -> dict:
+           note: str | None = None, actor: str = "cli", order_id: str | None = None,
+           bank: dict | None = None) -> dict:
     """Apply one transaction (validated by the caller) through lua/credit.lua and wait for a
-    replica where there is one. Returns {"transaction", "balance_toman", "replayed"}."""
+    replica where there is one. Returns {"transaction", "balance_toman", "replayed"}.
+    `order_id` (a payment's credit, upgate/payments/): the order is checked against the
+    credit and marked paid with `bank` ({"ref_id", "card_pan"}) in the same step."""
     script = store.script("credit")
     wallet = keyspace.wallet(acct)
     keys = [wallet, keyspace.refs(acct), keyspace.transactions(acct),
             *keyspace.outbox_keys(acct, isinstance(client, redis.RedisCluster))]
     args = [kind, amount_micro, money.MAX_MICRO, ref or "", _record_json(ref, note, actor), migration_json(), acct]
+    if order_id is not None:
+        keys.append(keyspace.order(acct, order_id))
+        args.append(orjson.dumps(bank or {}).decode())
     node = _node_client(client, wallet)
     replicas = _replicas(node)
 
@@ -174,6 +193,11 @@ def credit(client, acct: str, kind: str, amount_micro: int, *, ref: str | None =
         raise IdempotencyConflict(
             f"ref {ref!r} was already used for a {first['kind']} of {first['amount_toman']} toman "
             f"({first['id']}); nothing was changed")
+    if code == 5:
+        raise UnknownOrder(f"unknown order {order_id}")
+    if code == 6:
+        raise OrderMismatch(f"order {order_id} is not for {money.fmt(amount_micro)} toman with ref "
+                            f"{ref!r}; nothing was credited")
     if code not in (0, 3):
         raise RuntimeError(f"credit.lua returned an unknown code {code}")
     result = {"transaction": public(decode(acct, raw)) if raw else None,

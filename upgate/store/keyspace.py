@@ -259,6 +259,45 @@ def console_session(session_hash: str) -> str:
     return "console:session:" + session_hash
 
 
+# ---- payments (upgate/payments/, docs/payments.md) --------------------------------------------
+# An order lives in its account's slot, so lua/credit.lua can mark it paid in the same atomic step
+# that credits the wallet. The lookups a callback or an operator needs (order id → account,
+# gateway authority → order) and the reconciler's to-do list carry their own tags and are only
+# touched by single-key commands: they point at the order, the order is the truth.
+
+def order(account_id: str, order_id: str) -> str:
+    """Hash: one top-up order: id, account_id, amount (micro-toman), gateway, status, authority,
+    ref (<gateway>:<authority>, the credit's ref), ref_id, card_pan, created_ms, paid_ms,
+    transaction_id, reason (why it failed)."""
+    return tag(account_id) + ":order:" + order_id
+
+
+def orders(account_id: str) -> str:
+    """Sorted set: the account's order ids scored by creation time (ms)."""
+    return tag(account_id) + ":orders"
+
+
+def order_owner(order_id: str) -> str:
+    """String: the account id of an order (`payments show ORDER_ID` finds its slot)."""
+    return "order:" + order_id
+
+
+def payment_authority(gateway: str, authority: str) -> str:
+    """String "<account_id>|<order_id>": the order a gateway's authority (Zibal: trackId) belongs
+    to. The gateway is part of the name: another gateway's callback never finds the order."""
+    return f"payauth:{gateway}:{authority}"
+
+
+PAYMENTS_ALL = "{payments}:orders"  # zset "<account>|<order>" → created ms (operator listing)
+PAYMENTS_OPEN = "{payments}:open"  # zset "<account>|<order>" → created ms: the reconciler's to-do
+PAYMENTS_LOCK = "{payments}:reconcile_lock"  # string: which node reconciles this minute
+
+
+def fake_bank(authority: str) -> str:
+    """Hash: the built-in `fake` gateway's side of one payment (amount, state, callback)."""
+    return "fakebank:" + authority
+
+
 # ---- the customer side: phones, sign-in codes, dashboard sessions ------------------------------
 # A phone's keys share the tag {p:<E.164>}, so lua/signin_issue.lua and lua/signin_verify.lua
 # touch one slot; an address's sign-in window has its own tag.

@@ -22,6 +22,8 @@ DATA_FIELDS: dict[str, tuple[str, ...]] = {
     "key.monthly_limit_reached": ("account_id", "key_id", "monthly_limit_toman", "spent_toman"),
     "account.suspended": ("account_id",),
     "account.resumed": ("account_id",),
+    "payment.succeeded": ("account_id", "order"),
+    "payment.failed": ("account_id", "order"),
     "ping": (),
 }
 TRANSACTION_FIELDS = ("id", "account_id", "time", "kind", "amount_toman", "balance_after_toman",
@@ -50,6 +52,10 @@ def body(doc: bytes) -> bytes:
         from upgate.services.transactions import decode, public
 
         data["transaction"] = public(decode(data["account_id"], data.pop("transaction_record")))
+    if "order_hash" in data:  # credit.lua / order_status.lua hand the order's hash over as it is
+        from upgate.payments.orders import from_pairs
+
+        data["order"] = from_pairs(data.pop("order_hash"))
     out = _ordered(data, fields)
     if isinstance(out.get("transaction"), dict):
         out["transaction"] = _ordered(out["transaction"], TRANSACTION_FIELDS)

@@ -75,6 +75,13 @@ COMPONENTS = {
         "transactions": {"type": "array", "items": ref("Transaction")},
         "days": {"type": "array", "items": obj({"day": JDAY, "requests": {"type": "integer"},
                                                 "charges_toman": MONEY})}}),
+    "Order": obj({
+        "id": {"type": "string", "examples": ["ord_5f2c9a0e4b1d7c3a9e8f6b2d"]}, "account_id": {"type": "string"},
+        "amount_toman": MONEY, "gateway": {"enum": ["zarinpal", "zibal", "fake"]},
+        "status": {"enum": ["pending", "paid", "failed", "expired"]},
+        "authority": nullable({"type": "string"}), "ref_id": nullable({"type": "string"}),
+        "card_pan": nullable({"type": "string", "examples": ["502229******5995"]}),
+        "created_at": TIME, "paid_at": nullable(TIME), "transaction_id": nullable({"type": "string"})}),
     "Model": {"type": "object", "required": ["id"], "properties": {"id": {"type": "string"}}},
     "AuditEntry": obj({"time": TIME, "actor": {"type": "string"}, "action": {"type": "string"},
                        "target": nullable({"type": "string"}), "detail": {"type": "object"}}),
