@@ -97,6 +97,34 @@ def list_(as_json: bool) -> None:
     emit(result, table=t)
 
 
+@models.command("routes")
+@click.argument("model_id", required=False)
+@json_option
+def routes_(model_id: str | None, as_json: bool) -> None:
+    """Show every route of the catalog (or of MODEL_ID) with its health, shared by all nodes.
+
+    A cold route is skipped until cold_until; failures counts its failures in a row.
+
+    \b
+    Example:
+      upgate-admin models routes openai/gpt-4o-mini --json
+    """
+    from admin_cli.main import redis_client
+    from upgate.services import routes
+
+    try:
+        result = routes.report(redis_client(), model_id)
+    except routes.UnknownModel as e:
+        raise Refused(str(e)) from None
+    rows = [[r["model"], r["provider"], r["upstream_model"], str(r["priority"]), str(r["weight"]),
+             r["state"], r["cold_until"] or "", str(r["failures"])] for r in result["routes"]]
+    t = table("routes", ["model", "provider", "upstream model", "priority", "weight", "state",
+                         "cold until", "failures"], rows)
+    for column in t.columns:
+        column.overflow = "fold"
+    emit(result, table=t)
+
+
 @models.command("sync")
 @click.option("--source", required=True, metavar="URL|FILE",
               help="A model list in OpenRouter's GET /api/v1/models shape.")

@@ -2,7 +2,8 @@
 write BENCHMARKS.md at the repo root. `python -m bench --profile` runs the saturation
 phase under py-spy instead and writes bench/PROFILE.md. `python -m bench --ab REV` runs
 git revision REV and the working tree side by side and compares them; with
-`--instructions`, by instructions counted under valgrind.
+`--instructions`, by instructions counted under valgrind. `python -m bench --failover` measures
+a model of two routes with its first route dead (bench/failover.py).
 """
 from __future__ import annotations
 
@@ -23,6 +24,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="profile the saturation phase with py-spy → bench/PROFILE.md")
     ap.add_argument("--ab", metavar="REV",
                     help="compare git revision REV with the working tree, run alternately")
+    ap.add_argument("--failover", action="store_true",
+                    help="concurrency-1 latency of a model of two routes, healthy and with its first route dead")
     ap.add_argument("--instructions", action="store_true",
                     help="with --ab: count instructions per request under valgrind instead of timing")
     ap.add_argument("--rounds", type=int, default=10, help="alternations of --ab (default 10, at least 6)")
@@ -46,6 +49,10 @@ def main(argv: list[str] | None = None) -> int:
             from bench import ab
 
             return ab.run(args.ab, args.rounds, pin=not args.no_pin, accounts=args.accounts)
+        if args.failover:
+            from bench import failover
+
+            return failover.run(pin=not args.no_pin, accounts=args.accounts)
         if args.profile:
             from bench import profile
 

@@ -119,6 +119,10 @@ class Stack:
     # a command to run a process under, by name ("gateway", "redis"): e.g. valgrind
     # (bench/instructions.py); such a process gets minutes, not seconds, to start
     wrap: dict = field(default_factory=dict)
+    # more of the providers file, the catalog and the gateway's environment (bench/failover.py)
+    extra_providers: str = ""
+    extra_catalog: str = ""
+    extra_env: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="upgate-bench-"))
@@ -231,10 +235,10 @@ class Stack:
 
     def start_gateway(self) -> None:
         providers = self.dir / "providers.toml"
-        providers.write_text(PROVIDERS_TOML.format(port=self.mock_port))
+        providers.write_text(PROVIDERS_TOML.format(port=self.mock_port) + self.extra_providers.format(port=self.mock_port))
         env = {"UPGATE_REDIS_URL": self.redis_url, "UPGATE_KEY_PEPPER": PEPPER,
                "UPGATE_PROVIDERS": str(providers), "BENCH_MOCK_KEY": MOCK_KEY,
-               "UPGATE_JOURNAL": str(self.dir / "settle.journal"), "PYTHONUNBUFFERED": "0"}
+               "UPGATE_JOURNAL": str(self.dir / "settle.journal"), "PYTHONUNBUFFERED": "0", **self.extra_env}
         args = [sys.executable, "-m", "upgate.cli", "serve", "--port", str(self.gateway_port)]
         proc = self._spawn("gateway", args, self.gateway_cpus, env)
         try:
@@ -273,7 +277,7 @@ class Stack:
         from upgate.store import connection as store
 
         client = store.connect_sync(self.redis_url)
-        catalog_store.store(client, catalog.parse(CATALOG_TOML, {"mock"}))
+        catalog_store.store(client, catalog.parse(CATALOG_TOML + self.extra_catalog, None))
         balance = money.parse_toman(str(BALANCE_TOMAN))
         self.keys = []
         for i in range(self.accounts):

@@ -71,6 +71,7 @@ ACTIONS = {
                     "absent: a catalog is a file kept under version control and may be megabytes; a console "
                     "form stops at 64 KB (no one without a session may make a node hold more), and "
                     "PUT /admin/v1/models takes the file from a script"),
+    "models.routes": (("routes.report",), "models routes", "GET /admin/v1/routes", "GET /admin/models"),
     "models.sync": (("prices.sync",), "models sync", "POST /admin/v1/models/sync", "POST /admin/models/sync"),
     "overview": (("overview.overview", "overview.topups", "usage.overview"), "overview",
                  "GET /admin/v1/overview", "GET /admin/"),

@@ -10,7 +10,7 @@ ROOT = Path(__file__).resolve().parents[1]
 LAYERS = [
     ("base", ["upgate", "upgate.errors", "upgate.settings"]),
     ("store, wire", ["upgate.store", "upgate.http", "upgate.upstream", "upgate.sms"]),
-    ("money, catalog", ["upgate.billing", "upgate.catalog"]),
+    ("money, catalog", ["upgate.billing", "upgate.catalog", "upgate.routes"]),
     ("services", ["upgate.services", "upgate.webhooks", "upgate.i18n", "upgate.payments"]),
     ("faces", ["upgate.handlers", "upgate.console", "upgate.dashboard", "admin_cli",
                "upgate.mock"]),

@@ -21,6 +21,7 @@ from upgate.services.admin_node import AdminNode
 from upgate.http.client_address import ClientAddress
 from upgate.handlers.metrics import Metrics, observe
 from upgate.billing.refusals import Refusals
+from upgate.routes.health import RouteHealth
 from upgate.settings import Settings
 from upgate.upstream.client import UpstreamClient
 
@@ -36,6 +37,7 @@ class Context:
         self.client_address = ClientAddress(settings.trusted_proxies)  # for the failed-key throttle
         self.catalog = Catalog(self.redis)
         self.ledger = Ledger(self.redis, settings)
+        self.routes = RouteHealth(self.redis, settings)  # models of several routes (docs/routes.md)
         self.refusals = Refusals(settings.topup_url, settings.free_quota_default)
         self.upstream = UpstreamClient(silence_s=settings.upstream_silence_s)
         self.metrics = Metrics()
@@ -154,6 +156,7 @@ class Context:
         self.refusals.on_event(msg)
         self.catalog.on_event(msg)
         self.ledger.on_event(msg)
+        self.routes.on_event(msg)
         self.admin.on_event(msg)
 
     async def _resync(self) -> None:
@@ -169,6 +172,7 @@ class Context:
         if remote is None or store.text(remote) != self.catalog.version:
             await self.catalog.reload()
         await self.ledger.reload_cooldowns()
+        await self.routes.reload()
 
     async def _check_store(self) -> None:
         """The store's eviction policy and persistence (store_policy.py), read again whenever the

@@ -59,6 +59,8 @@ class Settings:
     journal_path: str = "upgate-settle.journal"
     max_streams: int = 10
     cooldown_strikes: int = 3
+    route_failures: int = 3  # failures in a row that cool a route (UPGATE_ROUTE_FAILURES)
+    route_cooldown_s: float = 30.0  # how long a cold route or a refused pooled key stays out
     keepalive_s: float = 15.0
     max_body_bytes: int = 20 * 1024 * 1024
     # webhooks (docs/webhooks.md): on when both the URL and the secret are set
@@ -168,6 +170,8 @@ def from_env(env: dict | None = None) -> Settings:
         upstream_silence_s=_float(env, "UPGATE_UPSTREAM_SILENCE_S", 120.0),
         lease_s=_float(env, "UPGATE_LEASE_S", 30.0),
         cooldown_s=_float(env, "UPGATE_COOLDOWN_S", 30.0),
+        route_failures=_positive(env, "UPGATE_ROUTE_FAILURES", Settings.route_failures),
+        route_cooldown_s=_float(env, "UPGATE_ROUTE_COOLDOWN_S", Settings.route_cooldown_s),
         shutdown_grace_s=_float(env, "UPGATE_SHUTDOWN_GRACE_S", 25.0),
         free_quota_default=_int(env, "UPGATE_FREE_QUOTA_DEFAULT", 50),
         metrics_token=env.get("UPGATE_METRICS_TOKEN", ""),

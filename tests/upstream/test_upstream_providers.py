@@ -121,3 +121,27 @@ def test_openai_dialect_non_stream_has_neither() -> None:
 def test_unknown_dialect() -> None:
     with pytest.raises(ValueError):
         prepare_body(BODY, "anthropic", "m", True)
+
+
+POOL = """
+[providers.pool]
+base_url = "https://api.openai.com/v1"
+api_key_env = ["KEY_A", "KEY_B", "KEY_C"]
+"""
+
+
+def test_a_key_pool_keeps_its_set_variables_and_never_shows_a_key(tmp_path, caplog) -> None:
+    caplog.set_level(logging.WARNING)
+    p = load_providers(write(tmp_path, POOL), {"KEY_A": "sk-a-11111111", "KEY_C": "sk-c-33333333"})["pool"]
+    assert p.available and p.pooled and [v for v, _ in p.keys] == ["KEY_A", "KEY_C"]
+    assert p.headers("sk-c-33333333")["Authorization"] == "Bearer sk-c-33333333"
+    assert "KEY_B" in caplog.text and "sk-a" not in caplog.text and "sk-a" not in repr(p)
+    off = load_providers(write(tmp_path, POOL), {})["pool"]
+    assert not off.available and off.keys == ()
+
+
+@pytest.mark.parametrize("value", ["[]", '["A", "A"]', '["A", 3]', '[""]'])
+def test_a_bad_key_pool_is_refused(tmp_path, value) -> None:
+    text = f'[providers.p]\nbase_url = "https://x.example/v1"\napi_key_env = {value}\n'
+    with pytest.raises(ProvidersError, match="api_key_env"):
+        load_providers(write(tmp_path, text), {"A": "k"})

@@ -149,3 +149,14 @@ def test_a_passed_through_400_names_the_clients_model(node, redis_url, mock):
                            "mock": {"status": 409}})
     message = res.json()["error"]["message"]
     assert res.status_code == 409 and "127.0.0.1" not in message and "SECRET" not in message
+
+
+def test_every_key_of_a_pool_is_scrubbed():
+    from upgate.upstream.providers import Provider
+    from upgate.upstream.scrub import scrub
+
+    pool = Provider(name="p", base_url="https://api.example.com/v1", api_key="poolkey-AAAA-1111",
+                    dialect="openai", available=True,
+                    keys=(("K_A", "poolkey-AAAA-1111"), ("K_B", "poolkey-BBBB-2222")))
+    out = scrub("Incorrect API key provided: poolkey-BBBB-2222 and poolkey-AAAA-1111", pool)
+    assert "BBBB" not in out and "AAAA" not in out and "2222" not in out

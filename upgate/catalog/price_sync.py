@@ -279,10 +279,14 @@ def plan(old: list[catalog.Model], source: list[SourceModel], *, provider: str, 
     matched: set[str] = set()
     for m in old:
         src = None
-        if m.provider == provider:
-            src = by_upstream.get(m.upstream_model) or by_lower.get(m.id)
+        # a model of several routes is the provider's when one of its routes is (docs/routes.md);
+        # --prune removes it only when every route is that provider's
+        mine = [r for r in m.routes if r.provider == provider]
+        if mine:
+            src = next((by_upstream[r.upstream_model] for r in mine if r.upstream_model in by_upstream),
+                       None) or by_lower.get(m.id)
         if src is None:
-            if m.provider == provider and prune:
+            if mine and len(mine) == len(m.routes) and prune:
                 result.changes.append(Change(m.id, "removed", _price_view(m), None, Decimal(100)))
             else:
                 result.entries.append(_entry(m))

@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import re
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
 
 from upgate.billing import money
+from upgate.catalog.route_rules import Route, RouteError, check_provider, parse_routes, primary
 from upgate.errors import GatewayError
 
 # <provider>/<model>[/<more>][:free|:batch|:online], lowercase. Every path segment starts with
@@ -38,7 +39,7 @@ PRICE_FIELDS = ("prompt_toman_per_million", "completion_toman_per_million",
 CACHE_PRICE_FIELDS = ("cached_prompt_toman_per_million", "cache_write_toman_per_million")
 ALL_PRICE_FIELDS = PRICE_FIELDS + CACHE_PRICE_FIELDS
 _REQUIRED_PRICES = ("prompt_toman_per_million", "completion_toman_per_million")
-_FIELDS = frozenset({"id", "provider", "upstream_model", "name", *ALL_PRICE_FIELDS, "capabilities",
+_FIELDS = frozenset({"id", "provider", "upstream_model", "routes", "name", *ALL_PRICE_FIELDS, "capabilities",
                      "context_length", "max_output_tokens", "hidden"})
 _DECIMAL = re.compile(r"^[0-9]+(?:\.[0-9]+)?$")
 _ZERO = money.to_decimal(0)
@@ -73,6 +74,11 @@ class Model:
     hidden: bool = False
     cached_prompt_toman_per_million: Decimal | None = None  # None: the prompt price
     cache_write_toman_per_million: Decimal | None = None  # None: the prompt price
+    # every upstream that may serve it (upgate/catalog/route_rules.py); () = the one route
+    # `provider`/`upstream_model` name. `provider`/`upstream_model` are always the primary's.
+    routes: tuple[Route, ...] = ()
+    # served by two or more routes: route health and failover apply (docs/routes.md)
+    routed: bool = field(init=False, compare=False, repr=False)
     free: bool = field(init=False)  # id ends with ":free"
     online: bool = field(init=False)  # id ends with ":online"
     # The prices as exact integers, for pricing without Decimal on every request: (prompt,
@@ -84,6 +90,22 @@ class Model:
         object.__setattr__(self, "free", self.id.endswith(":free"))
         object.__setattr__(self, "online", self.id.endswith(":online"))
         object.__setattr__(self, "rates", tuple(_micro(self.price(f)) for f in ALL_PRICE_FIELDS))
+        if not self.routes:
+            object.__setattr__(self, "routes", (Route(self.provider, self.upstream_model),))
+        # one copy of the model per route, naming that route's upstream: what answered a request
+        # (same id and prices: the charge is the catalog's, whichever route answered)
+        object.__setattr__(self, "_via", {r.route_id: self if (r.provider, r.upstream_model) ==
+                                          (self.provider, self.upstream_model) else None
+                                          for r in self.routes})
+        object.__setattr__(self, "routed", len(self.routes) > 1)
+
+    def via(self, route: Route) -> "Model":
+        """This model as served by `route`: its provider and upstream model, the same prices."""
+        found = self._via.get(route.route_id)
+        if found is None:
+            found = replace(self, provider=route.provider, upstream_model=route.upstream_model)
+            self._via[route.route_id] = found
+        return found
 
     def price(self, name: str) -> Decimal:
         """A price field in force: an unset cache price is the prompt price."""
@@ -96,9 +118,12 @@ class Model:
         return self.id.split("/", 1)[0]
 
     def to_json(self) -> dict:
-        """The stored form (prices as six-fractional-digit strings)."""
+        """The stored form (prices as six-fractional-digit strings); a [[models]] table too.
+        A model of one route keeps the form it always had; several are a `routes` list."""
+        where = {"provider": self.provider, "upstream_model": self.upstream_model} if not self.routed \
+            else {"routes": [r.to_json() for r in self.routes]}
         return {
-            "id": self.id, "provider": self.provider, "upstream_model": self.upstream_model,
+            "id": self.id, **where,
             "name": self.name,
             **{f: money.fmt(money.parse_toman(getattr(self, f))) for f in PRICE_FIELDS},
             **{f: None if getattr(self, f) is None else money.fmt(money.parse_toman(getattr(self, f)))
@@ -110,8 +135,12 @@ class Model:
 
     @classmethod
     def from_json(cls, d: dict) -> "Model":
+        routes = tuple(Route(r["provider"], r["upstream_model"], int(r.get("priority", 0)),
+                             int(r.get("weight", 1))) for r in d.get("routes") or ())
+        first = primary(routes) if routes else Route(d["provider"], d["upstream_model"])
         return cls(
-            id=d["id"], provider=d["provider"], upstream_model=d["upstream_model"], name=d["name"],
+            id=d["id"], provider=first.provider, upstream_model=first.upstream_model, routes=routes,
+            name=d["name"],
             **{f: Decimal(d[f]) for f in PRICE_FIELDS},
             **{f: Decimal(d[f]) for f in CACHE_PRICE_FIELDS if d.get(f) is not None},
             capabilities=frozenset(d["capabilities"]),
@@ -186,12 +215,19 @@ def _entry(index: int, entry: object, provider_names: set[str] | None) -> Model:
         raise CatalogError(f"{where}: id {mid!r} is not {hint} like <provider>/<model>"
                            "[:free|:batch|:online] (lowercase letters, digits, '.', '_', '-')")
 
-    provider = entry.get("provider")
-    if not isinstance(provider, str) or not provider:
-        raise CatalogError(f"{where}: provider is required (a [providers.NAME] name)")
-    if provider_names is not None and provider not in provider_names:
-        known = ", ".join(sorted(provider_names)) or "none"
-        raise CatalogError(f"{where}: provider {provider!r} is not in the providers file (known: {known})")
+    routes: tuple[Route, ...] = ()
+    try:
+        if "routes" in entry:
+            if "provider" in entry or "upstream_model" in entry:
+                raise RouteError("routes replaces provider and upstream_model: write one form or the other")
+            routes = parse_routes(entry["routes"], mid, provider_names)
+            first = primary(routes)
+            provider, upstream = first.provider, first.upstream_model
+        else:
+            provider = check_provider("provider", entry.get("provider"), provider_names)
+            upstream = _opt_str(where, "upstream_model", entry.get("upstream_model"), mid)
+    except RouteError as e:
+        raise CatalogError(f"{where}: {str(e).removeprefix('provider: ')}") from None
 
     prices = {}
     for name in ALL_PRICE_FIELDS:
@@ -221,7 +257,8 @@ def _entry(index: int, entry: object, provider_names: set[str] | None) -> Model:
     return Model(
         id=mid,
         provider=provider,
-        upstream_model=_opt_str(where, "upstream_model", entry.get("upstream_model"), mid),
+        upstream_model=upstream,
+        routes=routes if len(routes) > 1 else (),
         name=_opt_str(where, "name", entry.get("name"), mid),
         capabilities=frozenset(caps),
         context_length=_opt_int(where, "context_length", entry.get("context_length")),
@@ -304,7 +341,8 @@ def model_record(m: Model, created: int) -> dict:
 def admin_record(m: Model, created: int) -> dict:
     """The model record plus what only the operator sees (routing and visibility)."""
     return {**model_record(m, created), "provider": m.provider,
-            "upstream_model": m.upstream_model, "hidden": m.hidden}
+            "upstream_model": m.upstream_model, "routes": [r.to_json() for r in m.routes],
+            "hidden": m.hidden}
 
 
 def check_allowed(allowed: frozenset[str] | None, model_ids: list[str]) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from upgate.billing import jalali
 from upgate.catalog import rules as catalog, store as catalog_store
-from upgate.services import accounts, keys, records, statements, transactions, usage
+from upgate.services import accounts, keys, records, routes, statements, transactions, usage
 from upgate.payments import orders
 
 REQUESTS_SHOWN = 25
@@ -85,7 +85,8 @@ def models_page(client) -> dict:
     created = int(updated or 0)
     return {"version": version, "prices_updated_at": updated,
             "models": [catalog.admin_record(m, created) for m in items],
-            "price_syncs": catalog_store.read_syncs(client)}
+            "price_syncs": catalog_store.read_syncs(client),
+            "routes": routes.report(client)["routes"]}  # what `upgate-admin models routes` shows
 
 
 def overview_days() -> list[str]:
@@ -99,12 +100,21 @@ def node_health(ctx) -> dict:
     from upgate.handlers.health import _journal
 
     models = ctx.catalog.visible()
-    cold = sorted((m.id, left) for m in models if (left := ctx.ledger.cold_until(m.id)))
+    cold = sorted((m.id, left) for m in models if (left := model_cold(ctx, m)))
+    # a model of several routes may be warm while some of its routes are cold
+    cold_routes = sorted((m.id, r.route_id, left) for m in models if m.routed for r in m.routes
+                         if (left := ctx.routes.cold_left(m.id, r)))
     cold_ids = {m for m, _ in cold}
     providers = [{"name": p.name, "dialect": p.dialect, "available": p.available,
-                  "models": sum(1 for m in models if m.provider == p.name),
-                  "cold": sum(1 for m in models if m.provider == p.name and m.id in cold_ids)}
+                  "models": sum(1 for m in models if any(r.provider == p.name for r in m.routes)),
+                  "cold": sum(1 for m in models if m.id in cold_ids and any(r.provider == p.name for r in m.routes))}
                  for p in sorted(ctx.providers.values(), key=lambda p: p.name)]
     return {"node": {"redis_ok": ctx.redis_ok, "catalog_version": ctx.catalog.version,
                      "draining": ctx.draining, "inflight": len(ctx.inflight), "journal": _journal(ctx)},
-            "providers": providers, "cold": cold}
+            "providers": providers, "cold": cold, "cold_routes": cold_routes}
+
+
+def model_cold(ctx, model) -> float | None:
+    """Seconds a model stays cold on this node (no I/O): every route cold for a model of
+    several routes (docs/routes.md), else the spec's per-model cool-down."""
+    return ctx.routes.model_cold(model) if model.routed else ctx.ledger.cold_until(model.id)

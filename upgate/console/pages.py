@@ -434,8 +434,8 @@ class StatementCsvHandler(ConsoleHandler):
 class ModelsHandler(ConsoleHandler):
     async def get(self) -> None:
         page = await self.call(data.models_page)
-        ledger = self.ctx.ledger
-        cold = {m["id"]: ledger.cold_until(m["id"]) for m in page["models"]}
+        got = self.ctx.catalog.get
+        cold = {m["id"]: data.model_cold(self.ctx, got(m["id"])) if got(m["id"]) else None for m in page["models"]}
         sync = {"typed": {"markup": "1", "max_change": "30%", "dry_run": True}, "outcome": None, "message": None,
                 "providers": sorted(self.ctx.providers)}
         await self.render_page("models.html", nav="models", cold={k: v for k, v in cold.items() if v}, sync=sync,

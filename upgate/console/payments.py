@@ -7,14 +7,16 @@ import urllib.parse
 import tornado.web
 
 from upgate.console.base import PREFIX, ConsoleHandler
+from upgate.i18n import N_
 from upgate.payments import orders, service
 from upgate.services import admin_log
 
 STATUSES = orders.STATUSES
-OUTCOMES = {"paid": "paid and credited", "already_paid": "already paid", "not_paid": "not paid",
-            "amount_mismatch": "another amount was paid: not credited", "unavailable": "the gateway did not answer",
-            "refused": "the gateway refused the call", "off": "that gateway is not set up here",
-            "conflict": "its ref was used for another transaction: not credited"}
+OUTCOMES = {"paid": N_("paid and credited"), "already_paid": N_("already paid"), "not_paid": N_("not paid"),
+            "amount_mismatch": N_("another amount was paid: not credited"),
+            "unavailable": N_("the gateway did not answer"), "refused": N_("the gateway refused the call"),
+            "off": N_("that gateway is not set up here"),
+            "conflict": N_("its ref was used for another transaction: not credited")}
 
 
 def _page(client, status, cursor):

@@ -53,6 +53,13 @@ class Metrics:
                                 "delivered (2xx), retried (failed, another attempt scheduled), failed "
                                 "(given up after the retry window), overflow (moved to the failed list from a full "
                                 "outbox), dropped (lost: webhooks off, or the failed list full)", ["outcome"], registry=r)
+        # models of several routes (docs/routes.md): each attempt by route and outcome ("ok" or
+        # the failure's code), and its wait for the response headers (or the failure)
+        self.route_requests = Counter("upgate_route_requests_total", "Attempts on a route of a model "
+                                      "of several routes, by outcome", ["model", "route", "outcome"],
+                                      registry=r)
+        self.route_seconds = Histogram("upgate_route_seconds", "A route's wait for response headers "
+                                       "(or its failure)", ["model", "route"], buckets=_SLOW, registry=r)
         self.cooldowns = Counter("upgate_cooldowns_total", "Models turned cold", ["model"], registry=r)
         self.payments = Counter("upgate_payments_total", "Payment verifications and their outcomes, per "
                                 "gateway: paid (credited now), already_paid, not_paid, amount_mismatch, "
@@ -64,7 +71,7 @@ class Metrics:
         self.inflight = Gauge("upgate_inflight_requests", "Billable requests in flight on this node",
                               registry=r, multiprocess_mode="livesum")
         self._children: dict = {}
-        self._bounds = {self.overhead: _FAST, self.upstream: _SLOW}
+        self._bounds = {self.overhead: _FAST, self.upstream: _SLOW, self.route_seconds: _SLOW}
         self._counts: dict = {}  # (counter or gauge, labels) → change not yet handed over
         self._timings: dict = {}  # (histogram, labels) → [sum, count in each bucket (+Inf last)]
 
@@ -86,9 +93,9 @@ class Metrics:
         key, counts = (metric, labels), self._counts
         counts[key] = counts.get(key, 0) + n
 
-    def time(self, histogram, label: str, seconds: float) -> None:
-        """Observe `seconds` in a histogram with one label, at the next flush."""
-        key = (histogram, (label,))
+    def time(self, histogram, label: str | tuple, seconds: float) -> None:
+        """Observe `seconds` in a histogram with one label (or a tuple of them), at the next flush."""
+        key = (histogram, label if isinstance(label, tuple) else (label,))
         found = self._timings.get(key)
         if found is None:
             found = self._timings[key] = [0.0] + [0] * (len(self._bounds[histogram]) + 1)
@@ -159,6 +166,9 @@ def observe(ctx, handler) -> None:
         if outcome:
             m.count(m.holds, ("placed",))
             m.count(m.holds, (outcome,))
+        for model, route_id, outcome, seconds in getattr(handler, "route_log", ()):
+            m.count(m.route_requests, (model, route_id, outcome))
+            m.time(m.route_seconds, (model, route_id), seconds)
         for provider, failed in getattr(handler, "failures", ()):  # each failed candidate
             if failed.startswith(("upstream_", "free_capacity")):
                 m.count(m.upstream_errors, (provider, failed))

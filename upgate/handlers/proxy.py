@@ -7,7 +7,6 @@ byte, so a client that reads /v1/svc/me right after sees the charge.
 from __future__ import annotations
 
 import logging
-import math
 import time
 
 import orjson
@@ -17,7 +16,8 @@ from upgate.billing import money, sizing
 from upgate.catalog.rules import check_allowed
 from upgate.errors import GatewayError
 from upgate.handlers.base import BaseHandler
-from upgate.handlers.stream import CLIENT_CLOSED, CandidateFailed, StreamRelay
+from upgate.handlers.failover import Failover
+from upgate.handlers.stream import CandidateFailed, StreamRelay
 from upgate.http.request import header
 from upgate.billing.ledger import Rejected, SettlementNotRecorded
 from upgate.billing.output_count import as_ours, chars_output, estimate_tokens, tokens_or
@@ -29,11 +29,10 @@ from upgate.upstream.errors import body_error_message, map_error
 
 log = logging.getLogger("upgate")
 
-_NO_FALLBACK = {"invalid_request"}  # the next model would refuse the same body
 _RATE_CODES = {"upstream_rate_limited", "free_capacity_exhausted"}
 
 
-class ProxyHandler(StreamRelay, BaseHandler):
+class ProxyHandler(Failover, StreamRelay, BaseHandler):
     ROUTE = "chat"  # validation rules
     PATH = "chat/completions"  # appended to the provider's base URL
     CAPABILITY = "chat"
@@ -144,78 +143,18 @@ class ProxyHandler(StreamRelay, BaseHandler):
             log.warning("rate headers left out of request %s: store error (%s)", self.request_id,
                         type(e).__name__)
 
-    def _check_cold(self, models) -> None:
-        waits = [self.ctx.ledger.cold_until(m.id) for m in models]
-        if all(w for w in waits):
-            raise GatewayError("upstream_rate_limited", "This model is cooling down after repeated "
-                               "provider rate limits.", retry_after=max(1, math.ceil(min(waits))))
-
-    async def _forward(self, req, models) -> None:
+    async def _try(self, req, model, route) -> None:
+        """One attempt: `model` through `route` (handlers/failover.py picks them)."""
         ctx = self.ctx
-        last = None  # the last candidate's failure (none tried: upstream_unavailable)
-        strikes: list[str] = []  # models the provider rate-limited: one cool-down strike each
-        for model in models:
-            if self._aborted or self._gone:  # shutdown or the client left: no next candidate
-                break
-            if ctx.ledger.cold_until(model.id):
-                continue
-            try:
-                await self._try(req, model)
-                break
-            except CandidateFailed as f:
-                last = f.err
-                if self._aborted or self._gone:  # we cancelled it: not the provider's failure
-                    break
-                self.failures.append((model.provider, f.err.code))
-                if f.strike:
-                    strikes.append(model.id)
-                if f.err.code in _NO_FALLBACK:
-                    break
-        if self._billed:  # a candidate answered and was settled
-            for m in strikes:
-                await self._strike(m)
-            return
-        if last is None:
-            last = GatewayError("upstream_unavailable")
-        # every candidate failed before the client saw any content: nothing is charged, and a
-        # `:free` request the provider never served goes back to the quota
-        final = strikes.pop() if strikes else None
-        for m in strikes:
-            await self._strike(m)
-        # The last strike rides in release's round trip, which returns no cool-down result: the
-        # model was not cold before (cold ones are skipped) and is cold after → this made it cold.
-        # (A strike of another node landing in the same instant would be counted here too.)
-        warm = final is not None and not ctx.ledger.cold_until(final)
-        outcome = CLIENT_CLOSED if self._gone else (502, "upstream_error") if self._aborted else \
-            (last.status, last.code)
-        await self._release(credit_free=True, strike=final, outcome=outcome)
-        if warm and ctx.ledger.cold_until(final):
-            self._count_cooldown(final)
-        if self._gone:
-            return
-        if self._aborted:
-            last = GatewayError("upstream_error", "The request was cut by the gateway's shutdown.")
-        if self._sse_open:
-            self._finish_sse_error(last, models[0].id)
-            return
-        raise last
-
-    async def _strike(self, model_id: str) -> None:
-        if await self.ctx.ledger.cooldown_strike(model_id) is not None:
-            self._count_cooldown(model_id)
-
-    def _count_cooldown(self, model_id: str) -> None:
-        if self.ctx.metrics is not None:
-            self.ctx.metrics.cooldowns.labels(model_id).inc()
-
-    async def _try(self, req, model) -> None:
-        ctx = self.ctx
-        provider = ctx.providers.get(model.provider)
+        provider = ctx.providers.get(route.provider)
         if provider is None or not provider.available:
             raise CandidateFailed(GatewayError("upstream_unavailable"))
+        if model.routed:
+            model = model.via(route)  # names the route's provider and upstream model; same prices
+        key_var, api_key = ctx.routes.pick_key(provider) if provider.pooled else (None, None)
         payload = prepare_body(req.body, provider.dialect, model.upstream_model, req.stream,
                                path=self.PATH)
-        call = self._call = ctx.upstream.open(provider.url(self.PATH), payload, provider.headers())
+        call = self._call = ctx.upstream.open(provider.url(self.PATH), payload, provider.headers(api_key))
         self._attempt = (model.provider, time.monotonic())
         try:
             try:
@@ -233,8 +172,14 @@ class ProxyHandler(StreamRelay, BaseHandler):
                     raw = b""
                 self._attempt_over()
                 status, code, message = map_error(call.status, raw, provider, model.free, model)
-                raise CandidateFailed(GatewayError(code, message, status=status), strike=code in _RATE_CODES)
+                refused = key_var if call.status in (401, 403) else None
+                if refused:  # out of its pool on every node, logged for the operator
+                    await ctx.routes.refuse_key(provider.name, refused)
+                raise CandidateFailed(GatewayError(code, message, status=status), strike=code in _RATE_CODES,
+                                      refused_key=refused)
             self.answered = model
+            if model.routed:  # booked now: the access log and metrics are written as the answer ends
+                self.route_log.append((model.id, route.route_id, "ok", time.monotonic() - self._attempt[1]))
             self.ttfb_ms = round((time.monotonic() - self.started) * 1000)
             if req.stream:
                 await self._relay_stream(call, model, req.body)
@@ -295,7 +240,8 @@ class ProxyHandler(StreamRelay, BaseHandler):
         self.cost_micro = sizing.cost_micro(model, prompt, completion, wants_web_search(body, model.id),
                                             cached, write)
         provider = self.ctx.providers.get(model.provider)
-        if provider is not None and provider.bill_by == "provider_cost":
+        # a model of several routes is billed at its catalog prices, whichever route answered
+        if provider is not None and provider.bill_by == "provider_cost" and not model.routed:
             usd, rate = sizing.reported_cost(usage), self.ctx.catalog.cost_rate(model.provider)
             if usd is not None and rate is not None:  # else the token prices, as for any provider
                 self.cost_micro = sizing.provider_cost_micro(usd, *rate)

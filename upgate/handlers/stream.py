@@ -32,8 +32,10 @@ CLIENT_CLOSED = (499, "client_closed")  # a request record's outcome when the cl
 class CandidateFailed(Exception):
     """This candidate failed before anything reached the client: try the next one."""
 
-    def __init__(self, err: GatewayError, strike: bool = False):
-        self.err, self.strike = err, strike
+    def __init__(self, err: GatewayError, strike: bool = False, refused_key: str | None = None):
+        # strike: a rate limit (the spec's cool-down); refused_key: the pooled key's variable
+        # the provider refused (401/403), so the same route may go on with another key
+        self.err, self.strike, self.refused_key = err, strike, refused_key
 
 
 class StreamRelay:

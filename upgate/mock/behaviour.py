@@ -120,6 +120,9 @@ class AnswerHandler(MockHandler):
         latency = opts.get("latency_ms")
         if latency and await self._pause(latency / 1000):
             return
+        refused = opts.get("refuse_keys")  # like a provider that revoked these keys: 401
+        if isinstance(refused, list) and self.request.headers.get("Authorization", "")[7:] in refused:
+            return self._error(401, "Incorrect API key provided.")
         status = opts.get("status")
         if status and status != 200:
             return self._error(int(status), opts.get("error"))

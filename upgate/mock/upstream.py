@@ -21,7 +21,8 @@ unknown fields unchanged), over process-wide defaults set with `POST /_mock/conf
   it), no_usage, echo (the received body comes back under `mock_echo`), tool_calls (answer
   with a call of the first tool, its arguments spread over the chunks), cached_tokens N and
   cache_write_tokens N (reported in usage.prompt_tokens_details), cost (USD, reported as
-  usage.cost like OpenRouter).
+  usage.cost like OpenRouter), refuse_keys [KEY, …] (401 invalid_api_key for a request whose
+  bearer key is one of them, as a provider does for a revoked key).
 For a non-stream response, cut_after / silence_after act after the headers (N = 0) or
 after half the body (N > 0).
 

@@ -12,12 +12,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from upgate.catalog import store as catalog_store
-from upgate.services import records, transactions
+from upgate.services import records, routes, transactions
 from upgate.services.account_rules import NotFound, PhoneInUse, UnknownAccount
 from upgate.services.key_rules import UnknownKey
 from upgate.webhooks.service import UnknownEvent
 
-NOT_FOUND = (NotFound, UnknownAccount, UnknownKey, records.UnknownRequest, UnknownEvent)
+NOT_FOUND = (NotFound, UnknownAccount, UnknownKey, records.UnknownRequest, UnknownEvent, routes.UnknownModel)
 
 
 @dataclass(frozen=True)

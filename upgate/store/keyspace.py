@@ -172,6 +172,21 @@ def cooldown(model: str) -> str:
     return "{m:" + model + "}:cooldown"
 
 
+ROUTE_HEALTH = ("{rt:", "}:health")
+KEY_POOL = ("{pk:", "}:keys")
+
+
+def route_health(model: str) -> str:
+    """Hash: a model's routes' health, `<provider>|<upstream model>:f` (failures in a row) and
+    `:u` (cold until, ms). Its own tag: only lua/route_health.lua touches it (docs/routes.md)."""
+    return ROUTE_HEALTH[0] + model + ROUTE_HEALTH[1]
+
+
+def key_pool(provider: str) -> str:
+    """Hash: a provider's pooled keys set aside, `<key variable>:u` → until, ms (never a key)."""
+    return KEY_POOL[0] + provider + KEY_POOL[1]
+
+
 def key_owner(key_id: str) -> str:
     """String "<account_id>" for a key id, so `key update KEY_ID` / `key revoke KEY_ID` can find
     the account. Its own slot: written before the key goes live, never deleted (a revoked key

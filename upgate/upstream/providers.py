@@ -3,14 +3,16 @@
 ```toml
 [providers.openrouter]
 base_url = "https://openrouter.ai/api/v1"   # chat/completions, embeddings, completions are appended
-api_key_env = "OPENROUTER_API_KEY"          # the key itself stays in the environment
+api_key_env = "OPENROUTER_API_KEY"          # the key itself stays in the environment; a list
+                                            # ["KEY_A", "KEY_B"] is a key pool (docs/routes.md)
 dialect = "openrouter"                      # or "openai"
 bill_by = "provider_cost"                   # optional; default "tokens" (docs/prices.md)
 ```
 
 `api_key_env` may be left out for a provider that takes no key (the built-in mock). A key
-variable that is named but unset only disables that provider, with a warning, so one
-missing secret does not take the whole gateway down.
+variable that is named but unset only disables that provider (or, in a pool, leaves that key
+out), with a warning, so one missing secret does not take the whole gateway down. A pool's
+keys are named by their variable (`Provider.keys`): health records and logs never hold a key.
 """
 
 import logging
@@ -42,15 +44,23 @@ class Provider:
     dialect: str
     available: bool
     bill_by: str = "tokens"
+    # a key pool: (variable name, key) of every set variable, in the file's order; () = one key
+    keys: tuple[tuple[str, str], ...] = field(default=(), repr=False)
+    pooled: bool = field(init=False, compare=False)  # two or more keys (read on every request)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "pooled", len(self.keys) > 1)
 
     def url(self, path: str) -> str:
         """`url("chat/completions")` → `<base_url>/chat/completions`."""
         return self.base_url.rstrip("/") + "/" + path.lstrip("/")
 
-    def headers(self) -> dict[str, str]:
+    def headers(self, api_key: str | None = None) -> dict[str, str]:
+        """The request headers, with `api_key` (one of a pool's) or the provider's one key."""
         headers = {"Content-Type": "application/json"}
-        if self.api_key:
-            headers["Authorization"] = "Bearer " + self.api_key
+        key = api_key or self.api_key
+        if key:
+            headers["Authorization"] = "Bearer " + key
         return headers
 
 
@@ -96,7 +106,20 @@ def _provider(path, name: str, conf: object, env: Mapping[str, str]) -> Provider
     key_env = conf.get("api_key_env")
     api_key = None
     available = True
-    if key_env is not None:
+    keys: tuple[tuple[str, str], ...] = ()
+    if isinstance(key_env, list):
+        if not key_env or not all(isinstance(k, str) and k for k in key_env) or len(set(key_env)) < len(key_env):
+            raise ProvidersError(f"{where} api_key_env must be a variable name or a list of distinct names")
+        for var in key_env:
+            if not env.get(var):
+                log.warning("provider %s: key pool variable %s is not set; left out of the pool", name, var)
+        keys = tuple((var, env[var]) for var in key_env if env.get(var))
+        if not keys:
+            log.warning("provider %s disabled: no variable of its key pool is set", name)
+            available = False
+        else:
+            api_key = keys[0][1]
+    elif key_env is not None:
         if not isinstance(key_env, str) or not key_env:
             raise ProvidersError(f"{where} api_key_env must be an environment variable name")
         api_key = env.get(key_env) or None
@@ -104,4 +127,4 @@ def _provider(path, name: str, conf: object, env: Mapping[str, str]) -> Provider
             log.warning("provider %s disabled: environment variable %s is not set", name, key_env)
             available = False
     return Provider(name=name, base_url=base_url, api_key=api_key, dialect=dialect,
-                    available=available, bill_by=bill_by)
+                    available=available, bill_by=bill_by, keys=keys)

@@ -66,8 +66,11 @@ def _key_masks(key: str) -> list[re.Pattern]:
 
 def scrub(message: str, provider=None) -> str:
     """`message` with upstream-identifying strings replaced; `provider` may be None."""
-    key = getattr(provider, "api_key", None) or ""
-    if len(key) >= 8:
+    # every key of a pool (docs/routes.md), not only the first: any may be the one echoed
+    keys = {getattr(provider, "api_key", None) or ""} | {k for _, k in getattr(provider, "keys", ())}
+    for key in keys:
+        if len(key) < 8:
+            continue
         for form in sorted(_forms(key), key=len, reverse=True):
             message = message.replace(form, REDACTED)
         for pattern in _key_masks(key):

@@ -9,7 +9,7 @@ import orjson
 from upgate.billing import jalali
 from upgate.catalog import rules as catalog, store as catalog_store
 from upgate.errors import GatewayError
-from upgate.services import prices
+from upgate.services import prices, routes
 from upgate.handlers.admin.base import AdminHandler
 from upgate.handlers.admin.spec import TIME, Op, nullable, obj, ref
 
@@ -95,4 +95,15 @@ class SyncHandler(AdminHandler):
         self.write_json(out)
 
 
-HANDLERS = [ModelsHandler, SyncHandler]
+class RoutesHandler(AdminHandler):
+    PATH = "/admin/v1/routes"
+    OPS = {"get": Op("Every route of the catalog in force (or of one model) with its shared health: "
+                     "state healthy or cold, cold_until, failures in a row (docs/routes.md).",
+                     obj({"routes": {"type": "array", "items": ref("Route")}}),
+                     query={"model": {"type": "string"}})}
+
+    async def get(self) -> None:
+        self.write_json(await self.call(routes.report, self.get_query_argument("model", None)))
+
+
+HANDLERS = [ModelsHandler, SyncHandler, RoutesHandler]

@@ -83,6 +83,10 @@ COMPONENTS = {
         "card_pan": nullable({"type": "string", "examples": ["502229******5995"]}),
         "created_at": TIME, "paid_at": nullable(TIME), "transaction_id": nullable({"type": "string"})}),
     "Model": {"type": "object", "required": ["id"], "properties": {"id": {"type": "string"}}},
+    "Route": obj({"model": {"type": "string"}, "provider": {"type": "string"},
+                  "upstream_model": {"type": "string"}, "priority": {"type": "integer"},
+                  "weight": {"type": "integer"}, "state": {"enum": ["healthy", "cold"]},
+                  "cold_until": nullable(TIME), "failures": {"type": "integer"}}),
     "AuditEntry": obj({"time": TIME, "actor": {"type": "string"}, "action": {"type": "string"},
                        "target": nullable({"type": "string"}), "detail": {"type": "object"}}),
 }
