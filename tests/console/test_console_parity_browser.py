@@ -61,14 +61,14 @@ def test_parity_pages(console, node, redis_url, source_url, width):  # noqa: F81
 
     # the search box: a request id opens its record; a key's prefix opens its account
     page.goto("/admin/accounts")
-    page.get_by_label("Phone number, account id").fill(request_id)
+    page.get_by_label("Phone (any part), account id, key prefix or request id").fill(request_id)
     page.get_by_role("button", name="Find").click()
     page.wait_for_url(f"**/admin/requests/{request_id}")
     assert request_id in page.get_by_role("heading", level=1).inner_text()
     assert "mock/chat-1" in page.locator("main").inner_text()
     c.shoot("request")
     page.goto("/admin/accounts")
-    page.get_by_label("Phone number, account id").fill(key[:10])
+    page.get_by_label("Phone (any part), account id, key prefix or request id").fill(key[:10])
     page.get_by_role("button", name="Find").click()
     page.wait_for_url(f"**/admin/accounts/{account_id}?op=*")
 
@@ -113,3 +113,13 @@ def test_parity_pages(console, node, redis_url, source_url, width):  # noqa: F81
     result = page.locator("#price-sync").inner_text()
     assert "dry run: nothing written" in result and "mock/chat-1" in result
     c.shoot("models-sync")
+
+    # the same pages in Persian (right to left): nothing pushes a phone's page sideways
+    page.goto(f"/admin/requests/{request_id}?lang=fa")
+    assert page.locator("html").get_attribute("dir") == "rtl" and "سابقه" in page.locator("main").inner_text()
+    c.shoot("request-fa")
+    for path, name in ((f"/admin/accounts/{account_id}", "account-settings-fa"), ("/admin/accounts", "accounts-create-fa"),
+                       ("/admin/audit", "audit-fa"), ("/admin/webhooks", "webhooks-fa"), ("/admin/models", "models-sync-fa")):
+        page.goto(path)
+        c.shoot(name)
+    assert "همگام‌سازی قیمت‌ها" in page.locator("main").inner_text()
