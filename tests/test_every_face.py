@@ -95,6 +95,7 @@ PLUMBING = {
     "accounts.is_cluster": "a store helper",
     "accounts.atomic_write": "a store helper every write uses",
     "accounts.require_account": "a check the operations make",
+    "keys.key_fields": "how a search over keys reads them (key find, the accounts list)",
     "accounts.key_view": "the key holder's own view (GET /v1/svc/me), not the operator's",
     "admin_log.record": "every write on every face records itself",
     "admin_tokens.verify": "how the API and the console authenticate",

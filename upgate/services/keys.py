@@ -300,6 +300,25 @@ def looks_like_prefix(text) -> bool:
     return isinstance(text, str) and _PREFIX_QUERY.fullmatch(text.strip()) is not None
 
 
+def key_fields(client, account_ids: list[str], fields: tuple[str, ...], batch: int = 1000):
+    """(account id, key id, [the key record's `fields`]) of every key of `account_ids`: two
+    pipelined round trips per `batch` accounts (their key sets, then the fields). What a search
+    over keys without an index reads (find_by_prefix, the console's accounts list)."""
+    for start in range(0, len(account_ids), batch):
+        chunk = account_ids[start:start + batch]
+        pipe = client.pipeline(transaction=False)
+        for acct in chunk:
+            pipe.smembers(keyspace.account_keys(acct))
+        pairs = [(acct, store.text(k)) for acct, kids in zip(chunk, pipe.execute()) for k in kids]
+        if not pairs:
+            continue
+        pipe = client.pipeline(transaction=False)
+        for acct, kid in pairs:
+            pipe.hmget(keyspace.key_record(acct, kid), *fields)
+        for (acct, kid), values in zip(pairs, pipe.execute()):
+            yield acct, kid, [store.text(v) if v is not None else None for v in values]
+
+
 def find_by_prefix(client, text: str, batch: int = 500) -> list[dict]:
     """The key objects whose prefix (and last four, when given) match, oldest first. Prefixes
     are not unique (four random characters) and not indexed: this reads every account's key
@@ -310,21 +329,8 @@ def find_by_prefix(client, text: str, batch: int = 500) -> list[dict]:
         raise InvalidKeySetting(f"a key prefix looks like sk-up-AbCd (or sk-up-AbCd…wxyz), got {str(text)[:40]!r}")
     prefix, last4 = m.group(1), m.group(2)
     ids = sorted(store.text(a) for a in client.sscan_iter(keyspace.ACCOUNTS, count=1000))
-    found: list[tuple[str, str]] = []
-    for start in range(0, len(ids), batch):
-        chunk = ids[start:start + batch]
-        pipe = client.pipeline(transaction=False)
-        for acct in chunk:
-            pipe.smembers(keyspace.account_keys(acct))
-        pairs = [(acct, store.text(k)) for acct, kids in zip(chunk, pipe.execute()) for k in kids]
-        if not pairs:
-            continue
-        pipe = client.pipeline(transaction=False)
-        for acct, kid in pairs:
-            pipe.hmget(keyspace.key_record(acct, kid), "prefix", "last4")
-        for (acct, kid), (p, l4) in zip(pairs, pipe.execute()):
-            if p is not None and store.text(p) == prefix and (last4 is None or store.text(l4 or "") == last4):
-                found.append((acct, kid))
+    found = [(acct, kid) for acct, kid, (p, l4) in key_fields(client, ids, ("prefix", "last4"), batch)
+             if p == prefix and (last4 is None or l4 == last4)]
     month = jalali.month_key()
     out = [view(_record(client, acct, kid), month) for acct, kid in found]
     out.sort(key=lambda v: (v["created_at"], v["key_id"]))
