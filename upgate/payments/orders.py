@@ -15,7 +15,7 @@ import time
 import redis
 
 from upgate.billing import jalali, money
-from upgate.services.account_rules import AccountError, normalize_id
+from upgate.services.account_rules import AccountError, NotFound, normalize_id
 from upgate.store import connection as store, keyspace
 
 STATUSES = ("pending", "paid", "failed", "expired")
@@ -24,7 +24,7 @@ FIELDS = ("id", "account_id", "amount_toman", "gateway", "status", "authority", 
           "created_at", "paid_at", "transaction_id")
 
 
-class UnknownOrder(AccountError):
+class UnknownOrder(NotFound):
     """No such order (or, for a customer, not theirs: the same answer)."""
 
     field = "order"

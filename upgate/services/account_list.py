@@ -27,7 +27,7 @@ import re
 import uuid
 
 from upgate.billing import jalali
-from upgate.services import accounts, phones, phone_index, records
+from upgate.services import accounts, keys, phones, phone_index, records
 from upgate.services.account_rules import InvalidCursor, UnknownAccount
 from upgate.services.key_rules import KEY_PREFIX
 from upgate.store import connection as store, keyspace
@@ -99,20 +99,11 @@ def spent_this_month(client, ids: list[str]) -> dict[str, int]:
 def _key_prefix_hits(client, ids: list[str], prefix: str) -> set[str]:
     """Accounts among `ids` holding a key whose shown prefix starts with `prefix`."""
     hits: set[str] = set()
-    for start in range(0, len(ids), BATCH):
-        chunk = ids[start:start + BATCH]
-        pipe = client.pipeline(transaction=False)
-        for acct in chunk:
-            pipe.smembers(keyspace.account_keys(acct))
-        pairs = [(a, store.text(k)) for a, ks in zip(chunk, pipe.execute()) for k in ks]
-        pipe = client.pipeline(transaction=False)
-        for acct, kid in pairs:
-            pipe.hget(keyspace.key_record(acct, kid), "prefix")
-        for (acct, _), shown in zip(pairs, pipe.execute()):
-            shown = store.text(shown or b"")
-            n = min(len(shown), len(prefix))
-            if shown and shown[:n] == prefix[:n]:
-                hits.add(acct)
+    for acct, _kid, (shown,) in keys.key_fields(client, ids, ("prefix",), BATCH):
+        shown = shown or ""
+        n = min(len(shown), len(prefix))
+        if shown and shown[:n] == prefix[:n]:
+            hits.add(acct)
     return hits
 
 

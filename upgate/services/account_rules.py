@@ -27,7 +27,12 @@ class AccountError(ValueError):
     field: str | None = None
 
 
-class UnknownAccount(AccountError):
+class NotFound(AccountError):
+    """An id that names nothing (an account, an order …): `not_found` on every face
+    (upgate/services/refusals.py). A face's own nouns subclass it."""
+
+
+class UnknownAccount(NotFound):
     """No account has this id."""
 
 
@@ -133,26 +138,63 @@ class AccountInfo:
                    free_quota=int(quota) if quota not in (None, "") else None)
 
 
-def account_object(view: dict, default_quota: int) -> dict:
-    """The account object of the management API (OPERATORS.md) from a `show` view."""
+def account_object(view: dict, default_quota: int, *, old_names: bool = False) -> dict:
+    """THE account object (OPERATORS.md), from a `show` view: what the management API, the
+    console and `upgate-admin … --json` all show. `old_names` adds, beside it and never
+    instead, the names the CLI printed before the API existed (`account_id`, `suspended`,
+    `free_quota`, …) so old scripts keep working."""
     low = view["low_balance_micro"]
-    return {
+    quota = default_quota if view["free_quota"] is None else view["free_quota"]
+    out = {
         "id": view["account_id"],
         "phone": view["phone"],
         "status": "suspended" if view["suspended"] else "active",
         "balance_toman": money.fmt(view["balance_micro"]),
         "held_toman": money.fmt(view["held_micro"]),
         "available_toman": money.fmt(view["available_micro"]),
-        "free_quota_per_day": default_quota if view["free_quota"] is None else view["free_quota"],
+        "free_quota_per_day": quota,
         "low_balance_toman": money.fmt(low) if low is not None else None,
         "created_at": jalali.utc_iso(view["created_at"]) if view["created_at"] else None,
     }
+    if old_names:
+        out.update({"account_id": view["account_id"], "phone_masked": view["phone_masked"],
+                    "suspended": view["suspended"], "free_quota": quota,
+                    "free_quota_is_default": view["free_quota"] is None,
+                    "free_used_today": view["free_used_today"], "key_count": view["key_count"]})
+    return out
 
 
 def check_low_balance(micro) -> int:
     if isinstance(micro, bool) or not isinstance(micro, int) or not 0 <= micro <= money.MAX_MICRO:
         raise InvalidAmount("low_balance_toman must be a toman amount from 0 to 2^53 micro-toman")
     return micro
+
+
+def check_free_quota(n) -> int | None:
+    """A daily free quota: None (the deployment default) or a whole number 0..MAX_FREE_QUOTA."""
+    if n is not None and (isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= MAX_FREE_QUOTA):
+        raise InvalidQuota(f"free_quota_per_day must be a whole number from 0 to {MAX_FREE_QUOTA} "
+                           f"(or default), got {n!r}")
+    return n
+
+
+def parse_free_quota(text) -> int | None:
+    """Operator text → a daily free quota; `default` → None (UPGATE_FREE_QUOTA_DEFAULT)."""
+    stripped = text.strip() if isinstance(text, str) else ""
+    if stripped == "default":
+        return None
+    if not (stripped.isascii() and stripped.isdigit() and len(stripped) <= 12):
+        raise InvalidQuota(f"free_quota_per_day must be a whole number from 0 to {MAX_FREE_QUOTA} "
+                           f"(or default), got {text!r}")
+    return check_free_quota(int(stripped))
+
+
+def parse_low_balance(text) -> int | None:
+    """Operator text → the low-balance threshold in micro-toman; `off` (or blank) → None, no
+    alert. The one parser of the CLI's AMOUNT|off and the console's field."""
+    if text is None or (isinstance(text, str) and text.strip().lower() in ("", "off")):
+        return None
+    return check_low_balance(parse_amount(text, what="low_balance_toman"))
 
 
 # ---- months (statements, transaction lists) ----------------------------------------------------

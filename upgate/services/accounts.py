@@ -32,9 +32,10 @@ from upgate.billing import jalali, money
 from upgate.store import connection as store, keyspace
 from upgate.services import phone_index
 from upgate.services.account_rules import (  # noqa: F401  (the rules are part of this module's API)
-    account_object, AccountError, AccountInfo, BalanceOutOfRange, check_low_balance,
+    account_object, AccountError, AccountInfo, BalanceOutOfRange, check_free_quota, check_low_balance,
     check_phone, InvalidAmount, InvalidCursor, InvalidPhone, InvalidQuota, mask_phone,
-    MAX_FREE_QUOTA, normalize_id, parse_amount, PHONE, PhoneInUse, UnknownAccount,
+    MAX_FREE_QUOTA, normalize_id, parse_amount, parse_free_quota, parse_low_balance, PHONE, PhoneInUse,
+    UnknownAccount,
 )
 
 # ---- writes -----------------------------------------------------------------------------------
@@ -275,10 +276,8 @@ def update(client, account_id: str, *, free_quota=UNSET, low_balance_micro=UNSET
     """Change the daily free quota (None = the deployment default) and/or the low-balance
     threshold (None = no alert) in one atomic write; both are checked before anything is."""
     steps, event = [], None
-    if free_quota is not UNSET and free_quota is not None and (
-            isinstance(free_quota, bool) or not isinstance(free_quota, int)
-            or not 0 <= free_quota <= MAX_FREE_QUOTA):
-        raise InvalidQuota(f"free quota must be a whole number from 0 to {MAX_FREE_QUOTA}, got {free_quota!r}")
+    if free_quota is not UNSET:
+        check_free_quota(free_quota)
     if low_balance_micro not in (UNSET, None):
         check_low_balance(low_balance_micro)
     acct = _require(client, account_id)
@@ -320,3 +319,36 @@ def page(client, *, phone: str | None = None, cursor: str | None = None,
         if len(out) == limit:
             return out, (acct if acct != ids[-1] else None)
     return out, None
+
+
+# ---- the account object: what every face shows (account_object) -------------------------------
+
+def get(client, account_id: str, default_quota: int, *, old_names: bool = False) -> dict:
+    """The account object of one account (`default_quota`: UPGATE_FREE_QUOTA_DEFAULT)."""
+    return account_object(show(client, account_id), default_quota, old_names=old_names)
+
+
+def create(client, phone: str, balance_micro: int, default_quota: int, *, actor: str = "cli",
+           old_names: bool = False) -> dict:
+    """Create an account (create_account) and answer its object."""
+    return get(client, create_account(client, phone, balance_micro, actor=actor), default_quota,
+               old_names=old_names)
+
+
+def set_status(client, account_id: str, suspended: bool, default_quota: int, *,
+               old_names: bool = False) -> tuple[dict, bool]:
+    """Suspend or resume; (the account object after it, whether anything changed)."""
+    changed = (suspend if suspended else resume)(client, account_id)
+    return get(client, account_id, default_quota, old_names=old_names), changed
+
+
+def patch(client, account_id: str, default_quota: int, *, old_names: bool = False, **changes) -> dict:
+    """`update` (free_quota=, low_balance_micro=), then the account object."""
+    update(client, account_id, **changes)
+    return get(client, account_id, default_quota, old_names=old_names)
+
+
+def objects_page(client, default_quota: int, **kw) -> dict:
+    """One page of account objects (`page`): {"data": [...], "next_cursor"}."""
+    views, cursor = page(client, **kw)
+    return {"data": [account_object(v, default_quota) for v in views], "next_cursor": cursor}

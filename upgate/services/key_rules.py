@@ -18,6 +18,7 @@ import orjson
 
 from upgate.billing import jalali, money
 from upgate.catalog import rules as catalog
+from upgate.services.account_rules import parse_amount
 from upgate.store import connection as store
 
 KEY_PREFIX = "sk-up-"
@@ -85,7 +86,7 @@ def display(prefix: str, last4: str) -> str:
 
 def check_rpm(rpm) -> int:
     if isinstance(rpm, bool) or not isinstance(rpm, int) or not RPM_MIN <= rpm <= RPM_MAX:
-        raise InvalidKeySetting(f"rpm must be a whole number from {RPM_MIN} to {RPM_MAX}, got {rpm!r}")
+        raise InvalidKeySetting(f"rate_limit_rpm must be a whole number from {RPM_MIN} to {RPM_MAX}, got {rpm!r}")
     return rpm
 
 
@@ -93,8 +94,14 @@ def parse_rpm(text: str) -> int:
     """Operator text → rpm (1..600)."""
     stripped = text.strip() if isinstance(text, str) else ""
     if not re.fullmatch(r"[0-9]{1,6}", stripped):
-        raise InvalidKeySetting(f"rpm must be a whole number from {RPM_MIN} to {RPM_MAX}, got {text!r}")
+        raise InvalidKeySetting(f"rate_limit_rpm must be a whole number from {RPM_MIN} to {RPM_MAX}, got {text!r}")
     return check_rpm(int(stripped))
+
+
+def parse_monthly_limit(text: str) -> int:
+    """Operator text in toman → the monthly limit in micro-toman (the CLI's and the console's
+    one parser; the API's JSON string goes through the same parse_amount)."""
+    return check_monthly_limit(parse_amount(text, what="monthly_limit_toman"))
 
 
 def check_monthly_limit(micro) -> int:

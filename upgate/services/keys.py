@@ -40,7 +40,7 @@ from upgate.services.key_rules import (  # noqa: F401  (the rules are part of th
     ALPHABET, check_expires, check_models, check_monthly_limit, check_name, check_rpm, digest,
     display, generate, InvalidKeySetting, iso_ms, KEY_BODY_LENGTH, KEY_ID_SHAPE, KEY_LENGTH,
     KEY_PREFIX, KeyAdminError, KeyInfo, KeyRevoked, NAME_MAX, parse_expires, parse_models,
-    parse_rpm, PepperMissing, PREFIX_LENGTH, RPM_DEFAULT, RPM_MAX, RPM_MIN, state, UnknownKey,
+    parse_monthly_limit, parse_rpm, PepperMissing, PREFIX_LENGTH, RPM_DEFAULT, RPM_MAX, RPM_MIN, state, UnknownKey,
     view, well_formed,
 )
 
@@ -241,7 +241,7 @@ def form_settings(arg, *, clearing: bool) -> dict:
         return phones.ascii_digits(arg(field) or "").strip()
 
     parsers = {"monthly_limit_toman": ("monthly_limit_micro",
-                                       lambda t: accounts.parse_amount(t, what="monthly_limit_toman")),
+                                       parse_monthly_limit),
                "allowed_models": ("allowed_models", parse_models),
                "expires_at": ("expires_at_ms", parse_form_expiry)}
     out: dict = {}
@@ -263,8 +263,11 @@ def form_settings(arg, *, clearing: bool) -> dict:
     return out
 
 
-def to_json(v: dict) -> dict:
-    """A key view as JSON (`key list --json`): amounts as toman strings, times ISO 8601 UTC."""
+def key_object(v: dict) -> dict:
+    """THE key object (OPERATORS.md), from a key view: what the management API, the console
+    and `upgate-admin key … --json` all show. Amounts as toman strings, times ISO 8601 UTC;
+    `rate_limit_rpm` and `status` are the API's names, `rpm` and `state` stay beside them for
+    old scripts. Never the hash, never the full key."""
     limit = v["monthly_limit_micro"]
     return {
         "key_id": v["key_id"],
@@ -272,20 +275,95 @@ def to_json(v: dict) -> dict:
         "name": v["name"],
         "prefix": v["prefix"],
         "last4": v["last4"],
+        "rate_limit_rpm": v["rpm"],
         "rpm": v["rpm"],
         "monthly_limit_toman": money.fmt(limit) if limit is not None else None,
         "spent_this_month_toman": money.fmt(v["spent_this_month_micro"]),
         "held_toman": money.fmt(v["held_micro"]),
         "allowed_models": v["allowed_models"],
         "expires_at": iso_ms(v["expires_at_ms"]) if v["expires_at_ms"] is not None else None,
+        "status": v["state"],
         "state": v["state"],
         "created_at": jalali.utc_iso(v["created_at"]) if v["created_at"] else None,
     }
 
 
-def key_object(v: dict) -> dict:
-    """The management API's key object (OPERATORS.md): `to_json` plus `status`."""
-    return dict(to_json(v), status=v["state"])
+to_json = key_object  # the name `key list --json` used: one object, one function
+
+
+_PREFIX_QUERY = re.compile(r"(sk-up-[A-Za-z0-9]{4})(?:(?:…|\.\.\.)([A-Za-z0-9]{4}))?")
+
+
+def looks_like_prefix(text) -> bool:
+    """True for what an operator has of a key: its prefix (``sk-up-AbCd``), or how it is shown
+    (``sk-up-AbCd…wxyz``)."""
+    return isinstance(text, str) and _PREFIX_QUERY.fullmatch(text.strip()) is not None
+
+
+def key_fields(client, account_ids: list[str], fields: tuple[str, ...], batch: int = 1000):
+    """(account id, key id, [the key record's `fields`]) of every key of `account_ids`: two
+    pipelined round trips per `batch` accounts (their key sets, then the fields). What a search
+    over keys without an index reads (find_by_prefix, the console's accounts list)."""
+    for start in range(0, len(account_ids), batch):
+        chunk = account_ids[start:start + batch]
+        pipe = client.pipeline(transaction=False)
+        for acct in chunk:
+            pipe.smembers(keyspace.account_keys(acct))
+        pairs = [(acct, store.text(k)) for acct, kids in zip(chunk, pipe.execute()) for k in kids]
+        if not pairs:
+            continue
+        pipe = client.pipeline(transaction=False)
+        for acct, kid in pairs:
+            pipe.hmget(keyspace.key_record(acct, kid), *fields)
+        for (acct, kid), values in zip(pairs, pipe.execute()):
+            yield acct, kid, [store.text(v) if v is not None else None for v in values]
+
+
+def find_by_prefix(client, text: str, batch: int = 500) -> list[dict]:
+    """The key objects whose prefix (and last four, when given) match, oldest first. Prefixes
+    are not unique (four random characters) and not indexed: this reads every account's key
+    set and each key's prefix, two round trips per `batch` accounts (an operator's search,
+    never a request's path)."""
+    m = _PREFIX_QUERY.fullmatch(text.strip()) if isinstance(text, str) else None
+    if m is None:
+        raise InvalidKeySetting(f"a key prefix looks like sk-up-AbCd (or sk-up-AbCd…wxyz), got {str(text)[:40]!r}")
+    prefix, last4 = m.group(1), m.group(2)
+    ids = sorted(store.text(a) for a in client.sscan_iter(keyspace.ACCOUNTS, count=1000))
+    found = [(acct, kid) for acct, kid, (p, l4) in key_fields(client, ids, ("prefix", "last4"), batch)
+             if p == prefix and (last4 is None or l4 == last4)]
+    month = jalali.month_key()
+    out = [view(_record(client, acct, kid), month) for acct, kid in found]
+    out.sort(key=lambda v: (v["created_at"], v["key_id"]))
+    return [key_object(v) for v in out]
+
+
+# ---- the key object for every face -----------------------------------------------------------
+
+def create(client, pepper: str, account_id: str, **settings) -> dict:
+    """Create a key (create_key) and answer its object with the full key under "key": the
+    only time it is shown."""
+    full, key_id, _prefix = create_key(client, pepper, account_id, **settings)
+    return dict(key_object(find_key(client, key_id)), key=full)
+
+
+def get(client, key_id: str) -> dict:
+    return key_object(find_key(client, key_id))
+
+
+def objects(client, account_id: str) -> list[dict]:
+    """Every key of the account as key objects, oldest first."""
+    return [key_object(v) for v in list_keys(client, account_id)]
+
+
+def update(client, key_id: str, **changes) -> dict:
+    """update_key, then the key object."""
+    return key_object(update_key(client, key_id, **changes))
+
+
+def revoke(client, key_id: str, *, account_id: str | None = None) -> tuple[dict, bool]:
+    """revoke_key; (the key object after it, whether it was live until now)."""
+    changed = revoke_key(client, key_id, account_id=account_id)
+    return get(client, key_id), changed
 
 
 __all__ = [
@@ -294,4 +372,6 @@ __all__ = [
     "KeyAdminError", "InvalidKeySetting", "UnknownKey", "KeyRevoked", "PepperMissing",
     "UnknownAccount", "check_rpm", "parse_rpm", "check_monthly_limit", "check_models",
     "parse_models", "check_expires", "parse_expires", "check_name", "state", "to_json", "key_object",
+    "create", "get", "objects", "update", "revoke", "parse_monthly_limit", "find_by_prefix",
+    "looks_like_prefix",
 ]

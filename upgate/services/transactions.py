@@ -212,7 +212,7 @@ def credit(client, acct: str, kind: str, amount_micro: int, *, ref: str | None =
 
 def _amount(amount_text) -> int:
     micro = parse_amount(amount_text if isinstance(amount_text, str) else str(amount_text),
-                         allow_negative=True)
+                         allow_negative=True, what="amount_toman")
     if micro == 0:
         raise InvalidAmount("an amount of zero changes nothing")
     return micro

@@ -8,10 +8,39 @@ of the prompt the provider served from its cache), ``completion_tokens`` or ``co
 """
 from __future__ import annotations
 
-from upgate.billing import money
+from upgate.billing import jalali, money
 from upgate.store import connection as store, keyspace
 
 GROUPS = {"key": "key_id", "model": "model", "day": "day"}
+MAX_DAYS = 366
+
+
+class InvalidRange(ValueError):
+    """A report's `from`/`to` is not a Jalali day, runs backwards or spans too many days."""
+
+    def __init__(self, message: str, field: str):
+        super().__init__(message)
+        self.field = field
+
+
+def day_range(start: str | None, end: str | None) -> list[str]:
+    """The Jalali days from `start` to `end` (YYYY-MM-DD, Tehran; each defaults to the current
+    month's first or last day), at most MAX_DAYS — counted by date arithmetic before any day is
+    listed (listing 0001-01-01..1500-01-01 one day at a time held a node's loop for 10 s)."""
+    first, last = jalali.this_month()
+    for name, text in (("from", start), ("to", end)):
+        try:
+            if text and name == "from":
+                first = jalali.parse_day(text)
+            elif text:
+                last = jalali.parse_day(text)
+        except ValueError as e:
+            raise InvalidRange(str(e), name) from None
+    if last < first:
+        raise InvalidRange("`to` is before `from`.", "to")
+    if (last.togregorian() - first.togregorian()).days >= MAX_DAYS:
+        raise InvalidRange(f"At most {MAX_DAYS} days per report.", "to")
+    return jalali.days(first, last)
 METRICS = ("requests", "prompt_tokens", "cached_tokens", "completion_tokens", "cost")
 
 

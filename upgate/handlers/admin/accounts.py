@@ -7,29 +7,6 @@ from upgate.handlers.admin.base import AdminHandler, field
 from upgate.handlers.admin.spec import AMOUNT_IN, Op, nullable, obj, ref
 
 
-def _account(client, account_id: str, default_quota: int) -> dict:
-    return accounts.account_object(accounts.show(client, account_id), default_quota)
-
-
-def _create(client, phone: str, balance_micro: int, default_quota: int, actor: str) -> dict:
-    return _account(client, accounts.create_account(client, phone, balance_micro, actor=actor), default_quota)
-
-
-def _page(client, default_quota: int, **kw) -> dict:
-    views, cursor = accounts.page(client, **kw)
-    return {"data": [accounts.account_object(v, default_quota) for v in views], "next_cursor": cursor}
-
-
-def _patch(client, account_id: str, default_quota: int, **changes) -> dict:
-    accounts.update(client, account_id, **changes)
-    return _account(client, account_id, default_quota)
-
-
-def _suspension(client, account_id: str, suspend: bool, default_quota: int) -> dict:
-    (accounts.suspend if suspend else accounts.resume)(client, account_id)
-    return _account(client, account_id, default_quota)
-
-
 class _Base(AdminHandler):
     @property
     def quota(self) -> int:
@@ -55,7 +32,7 @@ class AccountsHandler(_Base):
             phone = accounts.check_phone(body["phone"])
         balance = self.amount(body, "balance_toman") or 0
         try:
-            made = await self.call(_create, phone, balance, self.quota, self.actor)
+            made = await self.call(accounts.create, phone, balance, self.quota, actor=self.actor)
         except transactions.NotDurable as e:  # created, but no replica confirmed it: 503 naming it
             raise GatewayError("service_unavailable", str(e)) from None
         self.log_target = made["id"]
@@ -63,7 +40,7 @@ class AccountsHandler(_Base):
 
     async def get(self) -> None:
         limit = self.int_query("limit", 50, 1, accounts.PAGE_MAX)
-        self.write_json(await self.call(_page, self.quota, phone=self.get_query_argument("phone", None),
+        self.write_json(await self.call(accounts.objects_page, self.quota, phone=self.get_query_argument("phone", None),
                                         cursor=self.get_query_argument("cursor", None), limit=limit))
 
 
@@ -79,7 +56,7 @@ class AccountHandler(_Base):
     }
 
     async def get(self, account_id: str) -> None:
-        self.write_json(await self.call(_account, account_id, self.quota))
+        self.write_json(await self.call(accounts.get, account_id, self.quota))
 
     async def patch(self, account_id: str) -> None:
         body = self.json_body(("free_quota_per_day", "low_balance_toman"))
@@ -90,7 +67,7 @@ class AccountHandler(_Base):
             changes["low_balance_micro"] = self.amount(body, "low_balance_toman")
         if not changes:
             raise GatewayError("invalid_request", "Nothing to change: give free_quota_per_day or low_balance_toman.")
-        self.write_json(await self.call(_patch, account_id, self.quota, **changes))
+        self.write_json(await self.call(accounts.patch, account_id, self.quota, **changes))
 
 
 class SuspendHandler(_Base):
@@ -100,7 +77,7 @@ class SuspendHandler(_Base):
 
     async def post(self, account_id: str) -> None:
         self.json_body(())
-        self.write_json(await self.call(_suspension, account_id, True, self.quota))
+        self.write_json((await self.call(accounts.set_status, account_id, True, self.quota))[0])
 
 
 class ResumeHandler(_Base):
@@ -109,7 +86,7 @@ class ResumeHandler(_Base):
 
     async def post(self, account_id: str) -> None:
         self.json_body(())
-        self.write_json(await self.call(_suspension, account_id, False, self.quota))
+        self.write_json((await self.call(accounts.set_status, account_id, False, self.quota))[0])
 
 
 HANDLERS = [AccountsHandler, AccountHandler, SuspendHandler, ResumeHandler]

@@ -16,34 +16,24 @@ from contextlib import contextmanager
 
 import orjson
 
-from upgate.services import accounts, admin_log, keys, records, routes, transactions
+from upgate.services import accounts, admin_log, refusals
 from upgate.errors import GatewayError
 from upgate.handlers.admin.spec import READ_VERBS, Op
 from upgate.handlers.base import BaseHandler, NotFoundHandler
 from upgate.handlers.guard import UNAUTHENTICATED_BODY_MAX
-from upgate.payments import orders
-from upgate.webhooks import service as webhook_service
 
 log = logging.getLogger("upgate")
 
 
-NOT_FOUND = (accounts.UnknownAccount, keys.UnknownKey, records.UnknownRequest, webhook_service.UnknownEvent,
-             orders.UnknownOrder, routes.UnknownModel)
-
-
 def service_error(e: ValueError, param: str | None = None, force: bool = False) -> GatewayError:
-    """The one place a service refusal becomes an API error. Unknown account, key, request or
-    failed webhook event → 404; a ref reused otherwise or a phone in use → 409; any other → 400 naming the field the service (or the
-    handler's `field` context) blamed."""
-    message = str(e).strip().splitlines()[0] if str(e).strip() else None
-    if isinstance(e, NOT_FOUND):
-        return GatewayError("not_found", message)
-    if isinstance(e, accounts.PhoneInUse):
-        return GatewayError("phone_in_use", message, param="phone")
-    if isinstance(e, transactions.IdempotencyConflict):
-        return GatewayError("idempotency_conflict", message, param=getattr(e, "field", None) or "ref")
-    blamed = param if force else getattr(e, "field", None) or param
-    return GatewayError("invalid_request", message, param=blamed)
+    """The one place a service refusal becomes an API error, through the vocabulary every face
+    shares (upgate/services/refusals.py): its code and message, and the field the service (or
+    the handler's `field` context) blamed."""
+    r = refusals.refusal(e)
+    if r.code == "not_found":
+        return GatewayError(r.code, r.message or None)
+    blamed = param if force else r.field or param
+    return GatewayError(r.code, r.message or None, param=blamed)
 
 
 @contextmanager
@@ -71,7 +61,7 @@ def _authorized(verb: str, fn):
             raise
         except ValueError as e:
             raise service_error(e) from None
-        if op.auth and verb not in READ_VERBS and self.get_status() < 300:
+        if op.auth and verb not in READ_VERBS and self.get_status() < 300 and not self.unlogged:
             await self.log_write(args)
     run.admin_wrapped = True
     return run
@@ -99,6 +89,7 @@ class AdminHandler(NoStore, BaseHandler):
     token = None  # the AdminToken once authorized
     log_detail: dict | None = None  # what the admin log keeps of this write (set by the verb)
     log_target: str | None = None  # the id acted on, when the path does not carry it (a new account)
+    unlogged = False  # set by a verb that turned out to write nothing (a dry run)
 
     def __init_subclass__(cls, **kw):
         super().__init_subclass__(**kw)

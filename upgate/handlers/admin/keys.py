@@ -15,28 +15,6 @@ _BODY = obj({"name": nullable({"type": "string", "maxLength": keys.NAME_MAX}),
              "expires_at": nullable({"type": "string", "examples": ["2027-03-20T12:00:00Z"]})}, required=[])
 
 
-def _create(client, pepper: str, account_id: str, settings: dict) -> dict:
-    full, key_id, _prefix = keys.create_key(client, pepper, account_id, **settings)
-    return dict(keys.key_object(keys.find_key(client, key_id)), key=full)
-
-
-def _list(client, account_id: str) -> dict:
-    return {"data": [keys.key_object(v) for v in keys.list_keys(client, account_id)]}
-
-
-def _get(client, key_id: str) -> dict:
-    return keys.key_object(keys.find_key(client, key_id))
-
-
-def _update(client, key_id: str, changes: dict) -> dict:
-    return keys.key_object(keys.update_key(client, key_id, **changes))
-
-
-def _revoke(client, key_id: str) -> dict:
-    keys.revoke_key(client, key_id)
-    return _get(client, key_id)
-
-
 class _Base(AdminHandler):
     def settings(self, body: dict) -> dict:
         """Body fields → keyword arguments of keys.create_key / update_key (given ones only;
@@ -76,10 +54,10 @@ class AccountKeysHandler(_Base):
         settings = self.settings(self.json_body(SETTINGS))
         settings = {k: v for k, v in settings.items() if v is not None}
         pepper = self.ctx.settings.key_pepper
-        self.write_json(await self.call(_create, pepper, account_id, settings), 201)
+        self.write_json(await self.call(keys.create, pepper, account_id, **settings), 201)
 
     async def get(self, account_id: str) -> None:
-        self.write_json(await self.call(_list, account_id))
+        self.write_json({"data": await self.call(keys.objects, account_id)})
 
 
 class KeyHandler(_Base):
@@ -92,17 +70,32 @@ class KeyHandler(_Base):
     }
 
     async def get(self, key_id: str) -> None:
-        self.write_json(await self.call(_get, key_id))
+        self.write_json(await self.call(keys.get, key_id))
 
     async def patch(self, key_id: str) -> None:
         changes = self.settings(self.json_body(SETTINGS))
         if not changes:
             raise GatewayError("invalid_request", "Nothing to change: give at least one setting.")
-        self.write_json(await self.call(_update, key_id, changes))
+        self.write_json(await self.call(keys.update, key_id, **changes))
 
     async def delete(self, key_id: str) -> None:
         self.json_body(())
-        self.write_json(await self.call(_revoke, key_id))
+        self.write_json((await self.call(keys.revoke, key_id))[0])
 
 
-HANDLERS = [AccountKeysHandler, KeyHandler]
+class KeysHandler(_Base):
+    PATH = "/admin/v1/keys"
+    OPS = {"get": Op("Find keys by what an operator has of one: ?prefix=sk-up-AbCd (or the shown "
+                     "form sk-up-AbCd…wxyz). Prefixes are not unique; reads every account's keys.",
+                     data_of("Key"), query={"prefix": {"type": "string"}})}
+
+    async def get(self) -> None:
+        prefix = self.get_query_argument("prefix", None)
+        if prefix is None:
+            raise GatewayError("invalid_request", "prefix is required (like sk-up-AbCd).", param="prefix")
+        with field("prefix", parsing=True):
+            found = await self.call(keys.find_by_prefix, prefix)
+        self.write_json({"data": found})
+
+
+HANDLERS = [AccountKeysHandler, KeysHandler, KeyHandler]

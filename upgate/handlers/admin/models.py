@@ -9,9 +9,9 @@ import orjson
 from upgate.billing import jalali
 from upgate.catalog import rules as catalog, store as catalog_store
 from upgate.errors import GatewayError
+from upgate.services import prices, routes
 from upgate.handlers.admin.base import AdminHandler
 from upgate.handlers.admin.spec import TIME, Op, nullable, obj, ref
-from upgate.services import routes
 
 
 def _read(client) -> bytes:
@@ -58,6 +58,43 @@ class ModelsHandler(AdminHandler):
         self.write_json(await self.call(_replace, text, set(self.ctx.providers)))
 
 
+
+_CHANGE = {"type": "array", "items": {"type": "object"}}
+
+
+class SyncHandler(AdminHandler):
+    PATH = "/admin/v1/models/sync"
+    OPS = {"post": Op(
+        "Reprice a provider's models from an upstream model list (OpenRouter's GET /api/v1/models "
+        "shape) at an http(s) `source`, as `upgate-admin models sync`: toman per million = USD per "
+        "token × 1,000,000 × usd_toman × markup. A price moving more than max_change (default 30%) "
+        "is refused with 422 price_change_too_large (its plan in error.svc) unless yes is true; "
+        "dry_run plans and writes nothing.",
+        obj({"version": nullable({"type": "string"}), "changed": _CHANGE, "added": _CHANGE,
+             "removed": _CHANGE, "unchanged": {"type": "integer"}}),
+        body=obj({"source": {"type": "string", "format": "uri"}, "provider": {"type": "string"},
+                  "usd_toman": {"type": "string"}, "markup": {"type": "string"},
+                  "include": {"type": "array", "items": {"type": "string"}}, "prune": {"type": "boolean"},
+                  "dry_run": {"type": "boolean"}, "max_change": {"type": "string", "examples": ["30%"]},
+                  "yes": {"type": "boolean"}}, required=["source", "provider", "usd_toman"]),
+        errors={422: "price_change_too_large"})}
+
+    FIELDS = ("source", "provider", "usd_toman", "markup", "include", "prune", "dry_run", "max_change", "yes")
+
+    async def post(self) -> None:
+        body = self.json_body(self.FIELDS, required=("source", "provider", "usd_toman"))
+        if body.get("source"):  # the log keeps no query or credentials of a URL (a token may ride there)
+            self.log_detail = dict(self.log_detail, source=prices.shown_source(body["source"]))
+        args = {k: body[k] for k in self.FIELDS if body.get(k) is not None}
+        try:
+            out = await self.call(prices.sync, **args, provider_names=set(self.ctx.providers), remote=True)
+        except catalog_store.ChangeTooLarge as e:
+            raise GatewayError("price_change_too_large", str(e), param="max_change",
+                               svc=e.outcome.to_json()) from None
+        self.unlogged = args.get("dry_run") is True  # a dry run writes nothing: not in the admin log
+        self.write_json(out)
+
+
 class RoutesHandler(AdminHandler):
     PATH = "/admin/v1/routes"
     OPS = {"get": Op("Every route of the catalog in force (or of one model) with its shared health: "
@@ -69,4 +106,4 @@ class RoutesHandler(AdminHandler):
         self.write_json(await self.call(routes.report, self.get_query_argument("model", None)))
 
 
-HANDLERS = [ModelsHandler, RoutesHandler]
+HANDLERS = [ModelsHandler, SyncHandler, RoutesHandler]

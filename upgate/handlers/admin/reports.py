@@ -2,7 +2,7 @@
 account) and /admin/v1/overview (every account, per Jalali day)."""
 from __future__ import annotations
 
-from upgate.services import accounts, usage
+from upgate.services import accounts, audit, usage
 from upgate.errors import GatewayError
 from upgate.handlers.admin.base import AdminHandler
 from upgate.handlers.admin.spec import JDAY, MONEY, Op, obj
@@ -47,4 +47,23 @@ class OverviewHandler(AdminHandler):
         self.write_json(await self.ctx.admin.overview(days))
 
 
-HANDLERS = [UsageHandler, OverviewHandler]
+
+class AuditHandler(AdminHandler):
+    PATH = "/admin/v1/audit"
+    OPS = {"get": Op("The audit, as `upgate-admin audit`: every account's balance against everything "
+                     "recorded for it (transactions minus charges). 200 whatever it finds; "
+                     "?deep=true also adds up every transaction log (slower).",
+                     obj({"accounts": {"type": "integer"},
+                          "mismatches": {"type": "array", "items": obj({
+                              "account_id": {"type": "string"}, "balance_toman": MONEY,
+                              "expected_toman": MONEY})}}),
+                     query={"deep": {"type": "boolean"}})}
+
+    async def get(self) -> None:
+        deep = self.get_query_argument("deep", "false")
+        if deep not in ("true", "false"):
+            raise GatewayError("invalid_request", "deep must be true or false.", param="deep")
+        self.write_json(await self.call(audit.run, deep=deep == "true"))
+
+
+HANDLERS = [UsageHandler, OverviewHandler, AuditHandler]

@@ -47,7 +47,8 @@ COMPONENTS = {
         "low_balance_toman": nullable(MONEY), "created_at": nullable(TIME)}),
     "Key": obj({
         "key_id": {"type": "string"}, "account_id": {"type": "string"}, "name": nullable({"type": "string"}),
-        "prefix": {"type": "string"}, "last4": {"type": "string"}, "rpm": {"type": "integer"},
+        "prefix": {"type": "string"}, "last4": {"type": "string"}, "rate_limit_rpm": {"type": "integer"},
+        "rpm": {"type": "integer", "description": "= rate_limit_rpm (kept for old scripts)"},
         "monthly_limit_toman": nullable(MONEY), "spent_this_month_toman": MONEY, "held_toman": MONEY,
         "allowed_models": nullable({"type": "array", "items": {"type": "string"}}),
         "expires_at": nullable(TIME), "state": {"enum": ["active", "expired", "revoked"]},
@@ -105,6 +106,7 @@ class Op:
     also: dict = field(default_factory=dict)  # other success statuses → description
     produces: tuple = ("application/json",)
     auth: bool = True
+    errors: dict = field(default_factory=dict)  # error statuses of this route alone → code
 
 
 def tornado_pattern(path: str) -> str:
@@ -130,7 +132,7 @@ def _operation(path: str, verb: str, op: Op) -> dict:
         responses[str(status)] = {"description": what, "content": content}
     if op.auth:
         error = {"content": {"application/json": {"schema": ref("Error")}}}
-        for status, code in _ERRORS.items():
+        for status, code in {**_ERRORS, **op.errors}.items():
             if status == 403 and verb in READ_VERBS:
                 continue
             responses[str(status)] = {"description": code, **error}

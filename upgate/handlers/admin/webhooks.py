@@ -44,4 +44,17 @@ class ResendWebhooksHandler(AdminHandler):
         self.write_json({"resent": await self.call(service.resend, event_id)})
 
 
-HANDLERS = [FailedWebhooksHandler, ResendWebhooksHandler]
+class TestWebhookHandler(AdminHandler):
+    PATH = "/admin/v1/webhooks/test"
+    OPS = {"post": Op("Send one signed `ping` event to the receiver now (`upgate-admin webhook test`) and "
+                      "answer its outcome; 400 when webhooks are not configured.",
+                      obj({"event_id": {"type": "string"}, "url": {"type": "string"}, "ok": {"type": "boolean"},
+                           "status": nullable({"type": "integer"}), "error": nullable({"type": "string"})}))}
+
+    async def post(self) -> None:
+        self.json_body(())
+        settings = self.ctx.settings
+        self.write_json(await self.call(lambda _client: service.send_test(settings)))
+
+
+HANDLERS = [FailedWebhooksHandler, ResendWebhooksHandler, TestWebhookHandler]
