@@ -8,7 +8,7 @@ from contextlib import contextmanager
 import click
 
 from admin_cli.output import Refused, emit, json_option, kv_table, table
-from upgate.billing import jalali, money
+from upgate.billing import jalali
 from upgate.services import accounts
 from upgate.settings import SettingsError, from_env
 

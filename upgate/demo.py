@@ -43,7 +43,8 @@ upgate demo is running (mock provider; nothing leaves this machine).
   base URL   {base}
   API key    {key}
   account    {info['account_id']}  (balance {DEMO_BALANCE} toman)
-  models     mock/chat-1 (paid), mock/chat-1:free, mock/embed-1 (embeddings)
+  models     mock/chat-1 (paid), mock/chat-1:free, mock/embed-1 (embeddings),
+             mock/claude-1 (the Messages API too: Claude Code's model names resolve to it)
   store      embedded in this process and private to it, gone when the demo stops:
              upgate-admin (which reads UPGATE_REDIS_URL, by default redis://127.0.0.1:6379/0)
              cannot see it. Explore it with the console or the management API instead,
@@ -54,6 +55,7 @@ upgate demo is running (mock provider; nothing leaves this machine).
   dashboard  {root}/dashboard/  (the customer's side: sign in with the phone {DEMO_PHONE}; its
              code is not texted but printed below, as a {{"event": "sms", ...}} line)
   top up     {root}/dashboard/topup  (the built-in test bank: Pay or Cancel, no real money)
+  agents     ANTHROPIC_BASE_URL={root} ANTHROPIC_AUTH_TOKEN={key} claude
 
 Try it:
 
