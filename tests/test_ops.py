@@ -213,7 +213,8 @@ def test_demo_runs_end_to_end_with_the_openai_client(tmp_path):
         assert text.startswith("tok0")
         assert c.embeddings.create(model="mock/embed-1", input="x").data
         assert c.chat.completions.create(model="mock/chat-1:free", messages=HELLO).choices
-        assert {m.id for m in c.models.list()} == {"mock/chat-1", "mock/chat-1:free", "mock/embed-1"}
+        assert {m.id for m in c.models.list()} == {"mock/chat-1", "mock/chat-1:free", "mock/embed-1",
+                                                       "mock/claude-1"}
     finally:
         assert stop(proc, signal.SIGINT) == 0
 

@@ -63,10 +63,10 @@ def test_missing_default_providers_file(tmp_path, redis_url):
 
 def test_unknown_dialect(tmp_path, redis_url):
     providers = write(tmp_path / "p.toml", '[providers.acme]\nbase_url = "http://127.0.0.1:9/v1"\n'
-                                           'dialect = "anthropic"\n')
+                                           'dialect = "cohere"\n')  # (anthropic is one now)
     env = clean_env(UPGATE_REDIS_URL=redis_url, UPGATE_KEY_PEPPER=PEPPER, UPGATE_PROVIDERS=str(providers))
     assert_one_clean_line(serve_refused(env, tmp_path), "[providers.acme]", "unknown dialect",
-                          "'anthropic'", "openai")
+                          "'cohere'", "openai")
 
 
 @pytest.mark.parametrize("pepper", [None, ""])

@@ -213,7 +213,7 @@ def test_console_script_end_to_end(redis_url, r):
     assert res.returncode == 0 and json.loads(res.stdout)["balance_toman"] == "-0.500000"
     res = run("account", "topup", acct, "1.1234567")
     assert res.returncode == 1 and res.stdout == ""
-    assert res.stderr.splitlines() == ["error: amount: at most six fractional digits: '1.1234567'"]
+    assert res.stderr.splitlines() == ["error: amount_toman: at most six fractional digits: '1.1234567'"]  # the API's field name
     assert r.hget(keyspace.wallet(acct), "balance") == str(money.parse_toman("-0.5", allow_negative=True))
     res = subprocess.run([sys.executable, "-m", "admin_cli", "account", "show", acct, "--json"],
                          env=env, capture_output=True, text=True, timeout=60)
