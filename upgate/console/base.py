@@ -29,7 +29,7 @@ from tornado import httputil
 
 from upgate import i18n
 from upgate.console import session, view
-from upgate.handlers.base import new_request_id
+from upgate.handlers.base import new_request_id, set_page_headers
 from upgate.handlers.guard import BodyGuard
 
 log = logging.getLogger("upgate.console")
@@ -135,12 +135,7 @@ class ConsoleHandler(BodyGuard, tornado.web.RequestHandler):
         return ns
 
     def set_default_headers(self) -> None:
-        self.set_header("Content-Type", "text/html; charset=UTF-8")
-        self.set_header("Cache-Control", "no-store")
-        self.set_header("Content-Security-Policy", CSP)
-        self.set_header("X-Content-Type-Options", "nosniff")
-        self.set_header("Referrer-Policy", "same-origin")
-        self.set_header("X-Frame-Options", "DENY")
+        set_page_headers(self, CSP)
 
     def write_error(self, status_code: int, **kwargs) -> None:
         if status_code == 405:

@@ -15,19 +15,6 @@ from upgate.payments import orders
 REQUESTS_SHOWN = 25
 
 
-def _days_until_today(month: str) -> list[str]:
-    first, last = jalali.parse_month(month)
-    today = jalali.day_key()
-    return [d for d in jalali.days(first, last) if d <= today] or [jalali.days(first, last)[0]]
-
-
-def _by_day(days: list[str], report: dict) -> list[dict]:
-    """The report's rows (days without requests are left out) on every day of the period."""
-    rows = {r["day"]: r for r in report["rows"]}
-    blank = {"requests": 0, "prompt_tokens": 0, "completion_tokens": 0, "cost_toman": "0.000000"}
-    return [{"day": d, **rows.get(d, blank)} for d in days]
-
-
 def find_accounts(client, q: str) -> list[dict]:
     """An account id (exact) or a phone number → the matching accounts (`accounts.show` views)."""
     q = (q or "").strip()
@@ -52,13 +39,13 @@ def account_page(client, account_id: str, month: str | None, default_quota: int)
     view = accounts.show(client, account_id)
     acct = view["account_id"]
     month = month or jalali.month_key()
-    days = _days_until_today(month)
+    days = usage.month_days(month)
     raw = usage.fetch(client, acct, days)
     out = {
         "account": view,
         "month": month,
         "keys": keys.list_keys(client, acct),
-        "usage_days": _by_day(days, usage.report(raw, "day")),
+        "usage_days": usage.by_day(days, usage.report(raw, "day")),
         "usage_models": usage.report(raw, "model"),
         "transactions": transactions.list_transactions(client, acct, month=month),
         "statement": statements.statement(client, acct, month),
@@ -91,7 +78,7 @@ def models_page(client) -> dict:
 
 def overview_days() -> list[str]:
     """The current Jalali month up to today: the overview's period."""
-    return _days_until_today(jalali.month_key())
+    return usage.month_days(jalali.month_key())
 
 
 def node_health(ctx) -> dict:

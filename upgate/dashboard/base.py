@@ -27,7 +27,7 @@ import tornado.httputil
 import tornado.web
 
 from upgate import i18n
-from upgate.handlers.base import new_request_id
+from upgate.handlers.base import new_request_id, set_page_headers
 from upgate.handlers.guard import BodyGuard
 from upgate.services import accounts, dash_sessions
 
@@ -118,12 +118,7 @@ class DashboardHandler(BodyGuard, tornado.web.RequestHandler):
         return ns
 
     def set_default_headers(self) -> None:
-        self.set_header("Content-Type", "text/html; charset=UTF-8")
-        self.set_header("Cache-Control", "no-store")
-        self.set_header("Content-Security-Policy", CSP)
-        self.set_header("X-Content-Type-Options", "nosniff")
-        self.set_header("Referrer-Policy", "same-origin")
-        self.set_header("X-Frame-Options", "DENY")
+        set_page_headers(self, CSP)
 
     def write_error(self, status_code: int, **kwargs) -> None:
         exc = kwargs.get("exc_info", (None, None, None))[1]

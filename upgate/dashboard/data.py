@@ -13,19 +13,6 @@ REQUESTS_SHOWN = 50
 LOW_BALANCE_DEFAULT_MICRO = 10_000 * money.MICRO  # warn below this when the account set no threshold
 
 
-def month_days(month: str) -> list[str]:
-    """The month's Tehran days up to today (all of them for a past month)."""
-    first, last = jalali.parse_month(month)
-    today = jalali.day_key()
-    return [d for d in jalali.days(first, last) if d <= today] or [jalali.days(first, last)[0]]
-
-
-def _by_day(days: list[str], report: dict) -> list[dict]:
-    rows = {r["day"]: r for r in report["rows"]}
-    blank = {"requests": 0, "prompt_tokens": 0, "completion_tokens": 0, "cost_toman": "0.000000"}
-    return [{"day": d, **rows.get(d, blank)} for d in days]
-
-
 def check_month(month: str | None) -> str:
     """The asked-for month (default: this one), or `InvalidMonth` when malformed or not begun."""
     current = jalali.month_key()
@@ -50,11 +37,11 @@ def months_back(n: int = 12) -> list[str]:
 def home(client, account_id: str) -> dict:
     view = accounts.show(client, account_id)
     month = jalali.month_key()
-    days = month_days(month)
+    days = usage.month_days(month)
     raw = usage.fetch(client, account_id, days)
     threshold = view["low_balance_micro"]
     low = view["available_micro"] < (threshold if threshold is not None else LOW_BALANCE_DEFAULT_MICRO)
-    return {"wallet": view, "month": month, "days": _by_day(days, usage.report(raw, "day")),
+    return {"wallet": view, "month": month, "days": usage.by_day(days, usage.report(raw, "day")),
             "month_totals": usage.report(raw, "model")["totals"], "low": low}
 
 
@@ -63,10 +50,10 @@ def key_list(client, account_id: str) -> list[dict]:
 
 
 def usage_page(client, account_id: str, month: str) -> dict:
-    days = month_days(month)
+    days = usage.month_days(month)
     raw = usage.fetch(client, account_id, days)
     names = {k["key_id"]: k for k in keys.list_keys(client, account_id)}
-    return {"month": month, "days": _by_day(days, usage.report(raw, "day")),
+    return {"month": month, "days": usage.by_day(days, usage.report(raw, "day")),
             "models": usage.report(raw, "model"), "keys": usage.report(raw, "key"), "key_names": names}
 
 

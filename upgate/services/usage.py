@@ -44,6 +44,21 @@ def day_range(start: str | None, end: str | None) -> list[str]:
 METRICS = ("requests", "prompt_tokens", "cached_tokens", "completion_tokens", "cost")
 
 
+def month_days(month: str) -> list[str]:
+    """A Jalali month's Tehran days up to today (all of them for a past month; the first for a
+    month not begun): the days a dashboard or console chart of that month shows."""
+    first, last = jalali.parse_month(month)
+    today = jalali.day_key()
+    return [d for d in jalali.days(first, last) if d <= today] or [jalali.days(first, last)[0]]
+
+
+def by_day(days: list[str], report: dict) -> list[dict]:
+    """A `group_by=day` report's rows (days without requests are left out) on every day given."""
+    rows = {r["day"]: r for r in report["rows"]}
+    blank = {"requests": 0, "prompt_tokens": 0, "completion_tokens": 0, "cost_toman": "0.000000"}
+    return [{"day": d, **rows.get(d, blank)} for d in days]
+
+
 def _blank() -> dict:
     return {m: 0 for m in METRICS}
 
