@@ -7,37 +7,24 @@ on any page. Screenshots of every page at desktop and phone widths go to tests/.
 """
 from __future__ import annotations
 
-import os
 import re
-import shutil
 from concurrent.futures import ThreadPoolExecutor
 from decimal import Decimal
-from pathlib import Path
 
 import httpx
 import pytest
 
 from tests.console_kit import admin_token
 from tests.gateway import seed
+from tests.browser_kit import CHROMIUM, SHOTS, browser, need_browser  # noqa: F401 (browser: a fixture)
 from upgate.catalog import store as catalog_store
 from upgate.store import connection as store
 
-CHROMIUM = os.environ.get("UPGATE_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
-if not os.path.exists(CHROMIUM):
-    pytest.skip("no chromium executable (apt-get install chromium)", allow_module_level=True)
-sync_api = pytest.importorskip("playwright.sync_api")
+sync_api = need_browser()
 
-SHOTS = Path(__file__).parents[1].joinpath(".screenshots")
 DESKTOP, PHONE = 1280, 390
 HELLO = [{"role": "user", "content": "Hello there, console!"}]
 
-
-@pytest.fixture(scope="module")
-def browser():
-    with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
-        yield b
-        b.close()
 
 
 class Console:

@@ -174,9 +174,12 @@ def test_a_double_click_credits_once(console, redis_url):
     page = c.page
     form = page.locator("#topup form")
     form.get_by_label("Amount (toman)").fill("2500")
-    with page.expect_navigation(url=re.compile(r".*#topup$")):
-        form.get_by_role("button", name="Record top-up").dblclick()
+    form.get_by_role("button", name="Record top-up").dblclick()
+    page.wait_for_url(re.compile(r".*#topup$"))
     page.wait_for_load_state()
+    # the second click sends the form again and the browser may abort the first POST's
+    # navigation for it (how soon depends on the machine): that is the double click, not a fault
+    c.errors[:] = [e for e in c.errors if not ("/topups: " in e and e.endswith("net::ERR_ABORTED"))]
     assert_money(redis_url, account_id, ("topup", "2500"))
 
 

@@ -9,32 +9,20 @@ from __future__ import annotations
 
 import csv
 import io
-import os
 import re
-import shutil
 from pathlib import Path
 
 import pytest
 
 from tests.dashboard_kit import SmsLog
 from tests.gateway import seed
+from tests.browser_kit import CHROMIUM, SHOTS, browser, need_browser  # noqa: F401 (browser: a fixture)
 
-CHROMIUM = os.environ.get("UPGATE_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
-if not os.path.exists(CHROMIUM):
-    pytest.skip("no chromium executable (apt-get install chromium)", allow_module_level=True)
-sync_api = pytest.importorskip("playwright.sync_api")
+sync_api = need_browser()
 openai = pytest.importorskip("openai")
 
-SHOTS = Path(__file__).parents[1].joinpath(".screenshots")
 PAGES = ("", "keys", "usage", "requests", "billing", "topup")
 
-
-@pytest.fixture(scope="module")
-def browser():
-    with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
-        yield b
-        b.close()
 
 
 class Visitor:

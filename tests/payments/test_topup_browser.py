@@ -5,33 +5,20 @@ On a phone (390 px, Persian) and a desktop (1280 px, English); screenshots of ev
 tests/.screenshots/ (not committed): look at them after a change to the pages."""
 from __future__ import annotations
 
-import os
-import shutil
-from pathlib import Path
 
 import pytest
 
 from tests.dashboard_kit import SmsLog
 from tests.gateway import seed
+from tests.browser_kit import CHROMIUM, SHOTS, browser, need_browser  # noqa: F401 (browser: a fixture)
 from upgate.settings import from_env
 
-CHROMIUM = os.environ.get("UPGATE_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
-if not os.path.exists(CHROMIUM):
-    pytest.skip("no chromium executable (apt-get install chromium)", allow_module_level=True)
-sync_api = pytest.importorskip("playwright.sync_api")
+sync_api = need_browser()
 openai = pytest.importorskip("openai")
 
-SHOTS = Path(__file__).parents[1].joinpath(".screenshots")
 PHONES = {("fa", 390): "+989121234567", ("en", 1280): "+989351234567"}
 FA_DIGITS = str.maketrans("0123456789", "۰۱۲۳۴۵۶۷۸۹")
 
-
-@pytest.fixture(scope="module")
-def browser():
-    with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
-        yield b
-        b.close()
 
 
 @pytest.fixture
