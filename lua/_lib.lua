@@ -167,6 +167,17 @@ local function window_reset_ms(rpm_key, now)
   return now
 end
 
+-- ---- cool-downs (a model's, lua/cooldown.lua; a route's, lua/route_health.lua) -------------
+-- One more failure in a row: at `needed` of them the count starts again and a cold period of
+-- `cold_ms` begins. Returns the new count, until_ms (0 = not cold) and 1 when this one made it cold.
+local function strike(count, needed, cold_ms, now)
+  count = count + 1
+  if count >= needed then
+    return 0, now + cold_ms, 1
+  end
+  return count, 0, 0
+end
+
 -- ---- webhook events ----------------------------------------------------------------------
 local OUTBOX_MAX = 1000               -- an account's undelivered events waiting in its outbox; the
                                       -- mover moves the oldest beyond it to the failed list (overflow)

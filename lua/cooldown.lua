@@ -55,13 +55,8 @@ end
 if until_ms > 0 then
   return {strikes, until_ms, now, 0}
 end
-strikes = strikes + 1
-local made_cold = 0
-if strikes >= needed then
-  strikes = 0
-  until_ms = now + cold_ms
-  made_cold = 1
-end
+local made_cold
+strikes, until_ms, made_cold = strike(strikes, needed, cold_ms, now)
 rcall('HSET', state_key, 'strikes', istr(strikes), 'until_ms', istr(until_ms))
 local ttl = memory_ms
 if cold_ms > ttl then

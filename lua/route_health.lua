@@ -78,13 +78,8 @@ end
 if until_ms > 0 then
   return {failures, until_ms, now, 0}
 end
-failures = failures + 1
-local made_cold = 0
-if failures >= needed then
-  failures = 0
-  until_ms = now + cold_ms
-  made_cold = 1
-end
+local made_cold
+failures, until_ms, made_cold = strike(failures, needed, cold_ms, now)
 rcall('HSET', state_key, f_field, istr(failures), u_field, istr(until_ms))
 keep()
 publish('route')
