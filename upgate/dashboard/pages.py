@@ -114,7 +114,14 @@ class KeysHandler(Page):
         await self.show(new_key={"key": full, "key_id": key_id, "prefix": prefix}, status=201)
 
 
-class KeyUpdateHandler(KeysHandler):
+class KeyFormHandler(KeysHandler):
+    """A form's target only: its page is /dashboard/keys, so a GET here is 405, not the list."""
+
+    async def get(self, *args) -> None:
+        raise Refused(405, self.locale.translate("This address only takes a form. Open the page it is on."))
+
+
+class KeyUpdateHandler(KeyFormHandler):
     async def submit(self, key_id: str) -> None:
         try:
             settings = keys.form_settings(self.arg, clearing=True)
@@ -127,7 +134,7 @@ class KeyUpdateHandler(KeysHandler):
         self.redirect(PREFIX + "/keys?done=updated", status=303)
 
 
-class KeyRevokeHandler(KeysHandler):
+class KeyRevokeHandler(KeyFormHandler):
     async def submit(self, key_id: str) -> None:
         try:
             await self.call(keys.revoke_key, key_id, account_id=self.account_id)
