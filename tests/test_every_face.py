@@ -115,6 +115,8 @@ PLUMBING = {
     "signin.check": "the account holder's sign-in by SMS code (the dashboard)",
     "signin.account_for": "the account holder's sign-in by SMS code (the dashboard)",
     "signin.withdraw": "the account holder's sign-in by SMS code (the dashboard)",
+    "signin.sms_paused_s": "the account holder's sign-in by SMS code (the dashboard)",
+    "signin.record_send": "the account holder's sign-in by SMS code (the dashboard)",
     "payments.orders.create": "the account holder's top-up order (the dashboard's payments.service.start)",
     "payments.orders.set_authority": "a step of starting a payment with the bank",
     "payments.orders.by_authority": "how the bank's callback finds its order",

@@ -18,7 +18,7 @@ class SignInPage(DashboardHandler):
             signin.InvalidPhone: _("That is not a mobile number. Type it like 09121234567."),
             signin.TooSoon: _("A code was sent less than a minute ago. Please wait before asking again."),
             signin.TooMany: _("Too many codes were asked for. Please try again later."),
-            signin.NotSent: _("The text message could not be sent just now. Please try again in a minute."),
+            signin.SmsUnavailable: _("SMS is unavailable, try again shortly."),
             signin.WrongCode: _("That code is not right. Check the text message and try again."),
             signin.CodeExpired: _("That code has expired or was already used. Ask for a new one."),
             signin.TooManyTries: _("Too many wrong codes. Ask for a new code."),
@@ -39,7 +39,7 @@ class LoginHandler(SignInPage):
             phone = await self.ctx.signin.ask(self.call, self.arg("phone"), self.address(),
                                               lambda code: _("Your upgate sign-in code: {code}").format(code=code))
         except signin.SignInError as e:
-            self.set_status(503 if isinstance(e, signin.NotSent) else 429 if e.wait_s else 400)
+            self.set_status(503 if isinstance(e, signin.SmsUnavailable) else 429 if e.wait_s else 400)
             self.render("login.html", next=target, error=self.refusal(e), phone=self.arg("phone"))
             return
         self.render("code.html", next=target, phone=phone, error=None)

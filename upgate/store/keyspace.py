@@ -343,6 +343,12 @@ def signin_address(address: str) -> str:
     return "{signin:" + address + "}:sent"
 
 
+def sms_health() -> str:
+    """Hash, with a TTL: the SMS provider's recent failed sends in a row (`failures`) and, while
+    it counts as failing, until when (`until_ms`): every node says "SMS is unavailable" alike."""
+    return "sms:health"
+
+
 def dash_session(session_hash: str) -> str:
     """Hash, with a TTL: one account holder's dashboard session (account_id, phone, created_at),
     named by the SHA-256 of its random id, so the store never holds a usable cookie."""
