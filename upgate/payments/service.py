@@ -52,10 +52,12 @@ def check_amount(settings, amount_text) -> int:
     """A top-up amount from a form → whole toman within UPGATE_TOPUP_MIN/MAX_TOMAN."""
     text = str(amount_text or "").strip().translate(_DIGITS).replace(",", "").replace("٬", "")
     if not text.isdigit():
-        raise InvalidTopup("enter a whole number of toman")
+        raise InvalidTopup("enter a whole number of toman", reason="topup_malformed")
     toman = int(text)
     if not settings.topup_min_toman <= toman <= settings.topup_max_toman:
-        raise InvalidTopup(f"a top-up is {settings.topup_min_toman} to {settings.topup_max_toman} toman")
+        raise InvalidTopup(f"a top-up is {settings.topup_min_toman} to {settings.topup_max_toman} toman",
+                           reason="topup_range", low_toman=settings.topup_min_toman,
+                           high_toman=settings.topup_max_toman)
     return toman
 
 
@@ -73,7 +75,7 @@ def start(client, settings, account_id: str, amount_text, *, driver=None) -> tup
     if not wallet:
         raise UnknownAccount(f"unknown account {acct}")
     if wallet.get("suspended") == "1":
-        raise InvalidTopup("a suspended account cannot pay")
+        raise InvalidTopup("a suspended account cannot pay", reason="suspended")
     driver = driver or gateways.build(settings, client)
     order = orders.create(client, acct, units.micro(toman), driver.name)
     callback = (settings.public_url or "") + CALLBACK_PATH

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import re
 
+from upgate.errors import Reasoned
+
 _TO_ASCII = str.maketrans("۰۱۲۳۴۵۶۷۸۹٠١٢٣٤٥٦٧٨٩", "01234567890123456789")
 _SEPARATORS = re.compile(r"[\s\-.()\u200c\u200e\u200f\u202a-\u202e]")
 _DIGITS = re.compile(r"[0-9]+")
@@ -23,8 +25,10 @@ def ascii_digits(text: str) -> str:
     return text.translate(_TO_ASCII)
 
 
-class PhoneError(ValueError):
+class PhoneError(Reasoned):
     """Not a phone number in any spelling `canonical` accepts."""
+
+    reason = "phone_invalid"
 
 
 def canonical(text) -> str:

@@ -27,15 +27,18 @@ MAX_LIMIT = 1000
 class UnknownRequest(AccountError):
     """No record of this request is kept (never made, or older than the retention)."""
 
+    reason = "request_unknown"
+
 
 class InvalidLimit(AccountError):
     field = "limit"
+    reason = "limit_range"
 
 
 def list_requests(client, account_id: str, limit: int = 50) -> list[dict]:
     """The account's kept request records, newest first."""
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:
-        raise InvalidLimit(f"limit must be a whole number from 1 to {MAX_LIMIT}, got {limit!r}")
+        raise InvalidLimit(f"limit must be a whole number from 1 to {MAX_LIMIT}, got {limit!r}", high=MAX_LIMIT)
     acct = normalize_id(account_id)
     pipe = client.pipeline(transaction=False)
     pipe.exists(keyspace.wallet(acct))
