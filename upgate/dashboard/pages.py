@@ -88,13 +88,14 @@ class KeysHandler(Page):
         return next((m for m in visible if not m.endswith(":free")), visible[0] if visible else "MODEL")
 
     def refusal(self, e: ValueError) -> str:
-        """The field at fault in the page's language; the service's own one line follows."""
+        """The field at fault in the page's language, then the refusal's sentence (the one
+        catalogue, upgate/i18n/refusals.py)."""
         _ = self.locale.translate
         label = {"name": _("Name"), "rate_limit_rpm": _("Requests per minute"),
                  "monthly_limit_toman": _("Monthly limit"), "allowed_models": _("Allowed models"),
                  "expires_at": _("Expires")}.get(getattr(e, "field", None))
         lead = _("{field} was not accepted.").format(field=label) if label else _("Not saved:")
-        return lead + "\n" + str(e)
+        return lead + "\n" + self.said(e)
 
     def base_url(self) -> str:
         """The /v1 address the customer's code should call: UPGATE_PUBLIC_URL, else this host."""

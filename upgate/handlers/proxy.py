@@ -81,6 +81,7 @@ class ProxyHandler(Failover, StreamRelay, BaseHandler):
                              (key.allowed_models is None or m.id in key.allowed_models)
                              for m in ctx.catalog.visible())
             await ctx.refusals.check_balance(ctx.redis, key.account_id, len(raw), free_model)
+        req = None
         try:
             req = await body_work.run(len(raw), self._understand, raw)
             self._body = []
@@ -91,6 +92,8 @@ class ProxyHandler(Failover, StreamRelay, BaseHandler):
             check_allowed(key.allowed_models, [m.id for m in models])  # (an alias checks as its model)
             self._check_cold(models)
         except GatewayError:
+            if req is not None and req.model_ids:  # the refused request's record names it
+                self.model_id = str(req.model_ids[0])[:200]
             await self._peek_rate(key)
             raise
         self.stream, self.model_id = req.stream, models[0].id

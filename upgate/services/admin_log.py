@@ -18,6 +18,7 @@ import orjson
 
 from upgate.billing import jalali
 from upgate.store import keyspace
+from upgate.errors import Reasoned
 
 MAX_ENTRIES = 10_000
 _MAX_TEXT = 200  # a detail value longer than this is cut (a note, a phone, a name)
@@ -46,11 +47,12 @@ def record(client, actor: str, action: str, target: str | None = None,
 def read(client, limit: int = 100) -> list[dict]:
     """The newest `limit` entries (1 to MAX_ENTRIES), newest first."""
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_ENTRIES:
-        raise InvalidLimit(f"limit must be a whole number from 1 to {MAX_ENTRIES}, got {limit!r}")
+        raise InvalidLimit(f"limit must be a whole number from 1 to {MAX_ENTRIES}, got {limit!r}", high=MAX_ENTRIES)
     return [orjson.loads(raw) for raw in client.lrange(keyspace.ADMIN_LOG, 0, limit - 1)]
 
 
-class InvalidLimit(ValueError):
+class InvalidLimit(Reasoned):
     """A limit is out of range."""
 
     field = "limit"
+    reason = "limit_range"
