@@ -43,6 +43,8 @@ ACTIONS = {
                            "account set-free-quota", "PATCH /admin/v1/accounts/{id}", "POST " + ACCOUNT + "/settings"),
     "account.low_balance": (("accounts.patch", "accounts.update"), "account set-low-balance",
                             "PATCH /admin/v1/accounts/{id}", "POST " + ACCOUNT + "/settings"),
+    "account.set_phone": (("phone_change.set_phone", "phone_change.change"), "account set-phone",
+                          "PATCH /admin/v1/accounts/{id}", "POST " + ACCOUNT + "/phone"),
     "account.topup": (("transactions.topup", "transactions.credit", "accounts.topup"), "account topup",
                       "POST /admin/v1/accounts/{id}/topups", "POST " + ACCOUNT + "/topups"),
     "account.adjust": (("transactions.adjust",), "account adjust", "POST /admin/v1/accounts/{id}/adjustments",

@@ -327,6 +327,12 @@ def phone_owner(phone: str) -> str:
     return phone_tag(phone) + ":account"
 
 
+def phone_shared(phone: str) -> str:
+    """Set: the accounts sharing a phone marked "*" in `phone_owner` (written by the phone
+    migration; a phone change that takes one of them away gives the phone back to the last)."""
+    return phone_tag(phone) + ":shared"
+
+
 def signin_code(phone: str) -> str:
     """Hash, with a TTL of the code's life: the HMAC of the phone's current sign-in code, when
     it was issued and expires (ms), the tries used."""
