@@ -114,7 +114,7 @@ def _register() -> None:
     for name, attrs in (("account", ("account",)), ("account_care", ()), ("key", ("key",)), ("models", ("models",)),
                         ("usage", ("usage",)), ("overview", ("overview",)), ("audit", ("audit",)), ("requests", ("requests", "request")),
                         ("admin_token", ("admin_token",)), ("webhook", ("webhook",)),
-                        ("payments", ("payments",))):
+                        ("payments", ("payments",)), ("migrate", ("migrate",))):
         try:
             mod = importlib.import_module(f"admin_cli.{name}")
         except ModuleNotFoundError as e:  # a noun not built yet
@@ -131,7 +131,7 @@ _register()
 # ---- the admin log: every command that changes something is recorded, actor "cli" -------------
 
 # writes the service layer records itself (with their before and after): not again here
-AUDITED = {"account set-phone"}
+AUDITED = {"account set-phone", "migrate"}
 READS = {"list", "show", "log", "transactions", "statement", "requests", "usage", "audit", "test", "failed", "find",
          "overview"}
 

@@ -91,6 +91,10 @@ def keyhash(digest: str) -> str:
 
 
 ACCOUNTS = "accounts"  # set of all account ids (operator listing)
+# hash: the data migrations applied (upgate/migrations/): `version`, `<n>:at` (when step n was
+# done), `<n>:after` (the last account id step n has done: where an interrupted run goes on)
+MIGRATIONS = "{upgate}:migrations"
+MIGRATE_LOCK = "{upgate}:migrate_lock"  # string with a TTL: the one `migrate` running now
 # sorted set: every account id scored by its created_at (unix s): the newest-first listing. Its
 # tag puts it in the slot of ACCOUNTS, so one MULTI lists an account in both
 ACCOUNTS_BY_TIME = "{accounts}:created"
