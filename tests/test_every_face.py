@@ -111,6 +111,8 @@ PLUMBING = {
     "dash_sessions.open_session": "the account holder's dashboard session",
     "dash_sessions.current": "the account holder's dashboard session",
     "dash_sessions.close": "the account holder's dashboard session",
+    "dash_sessions.list_sessions": "the account holder's own signed-in devices (the dashboard's sessions page)",
+    "dash_sessions.close_all": "the account holder's own \"sign out everywhere\" (the dashboard's sessions page)",
     "signin.issue": "the account holder's sign-in by SMS code (the dashboard)",
     "signin.check": "the account holder's sign-in by SMS code (the dashboard)",
     "signin.account_for": "the account holder's sign-in by SMS code (the dashboard)",

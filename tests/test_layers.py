@@ -11,7 +11,7 @@ LAYERS = [
     ("base", ["upgate", "upgate.errors", "upgate.settings"]),
     ("store, wire", ["upgate.store", "upgate.http", "upgate.upstream", "upgate.sms", "upgate.messages"]),
     ("money, catalog", ["upgate.billing", "upgate.catalog", "upgate.routes"]),
-    ("services", ["upgate.services", "upgate.webhooks", "upgate.i18n", "upgate.payments"]),
+    ("services", ["upgate.services", "upgate.webhooks", "upgate.i18n", "upgate.payments", "upgate.alerts"]),
     ("faces", ["upgate.handlers", "upgate.console", "upgate.dashboard", "admin_cli",
                "upgate.mock"]),
     ("entry points", ["upgate.app", "upgate.context", "upgate.server", "upgate.cli", "upgate.demo"]),

@@ -8,7 +8,7 @@ from __future__ import annotations
 import tornado.web
 
 from upgate.console import charts
-from upgate.dashboard import data, signin_pages, topup
+from upgate.dashboard import account_pages, data, pricing, receipts, signin_pages, topup
 from upgate.dashboard.base import PREFIX, STATIC, DashboardHandler, Refused, StaticHandler
 from upgate.services import keys, records, statements
 
@@ -30,6 +30,9 @@ def routes(ctx) -> list:
         (PREFIX + r"/billing", BillingHandler, d),
         (PREFIX + r"/billing/statement\.csv", StatementCsvHandler, d),
         *topup.routes(d),
+        *pricing.routes(d),
+        *receipts.routes(d),
+        *account_pages.routes(d),
         (PREFIX + r"/static/(.*)", StaticHandler, {"path": STATIC}),
     ]
 
