@@ -8,8 +8,8 @@ out (which deletes it) ends the session on every node at once.
 Each account also lists its sessions' names in ``keyspace.dash_sessions_of(account)`` (scored by
 when they began), for the sessions page (time, address, browser) and "sign out everywhere",
 which deletes every one of them. A name whose session has expired is dropped when the list is
-read. `browser` is a short label ("Chrome on Android") made from the User-Agent when signing
-in; the header itself is not kept. Sync functions: run in the executor.
+read. `browser` and `system` ("Chrome", "Android") are read from the User-Agent when signing in;
+the header itself is not kept. Sync functions: run in the executor.
 """
 from __future__ import annotations
 
@@ -39,14 +39,12 @@ _SYSTEMS = (("Android", "Android"), ("iPhone", "iOS"), ("iPad", "iPadOS"), ("Win
             ("Mac OS X", "macOS"), ("CrOS", "ChromeOS"), ("Linux", "Linux"))
 
 
-def browser_label(user_agent: str | None) -> str:
-    """"Chrome on Android", "Firefox on Windows", "Safari", or "" when nothing is recognised."""
+def browser_label(user_agent: str | None) -> tuple[str, str]:
+    """(browser, system): ("Chrome", "Android"), ("Firefox", "Windows"); "" for what is not
+    recognised. Names, not sentences: the page puts them in its language."""
     ua = (user_agent or "")[:512]
-    name = next((label for needle, label in _BROWSERS if needle in ua), "")
-    system = next((label for needle, label in _SYSTEMS if needle in ua), "")
-    if name and system:
-        return f"{name} on {system}"
-    return name or system
+    return (next((label for needle, label in _BROWSERS if needle in ua), ""),
+            next((label for needle, label in _SYSTEMS if needle in ua), ""))
 
 
 def open_session(client, account_id: str, phone: str, address: str = "", user_agent: str = "") -> str:
@@ -57,7 +55,7 @@ def open_session(client, account_id: str, phone: str, address: str = "", user_ag
     pipe = client.pipeline(transaction=True)
     pipe.hset(name, mapping={"account_id": account_id, "phone": phone, "created_at": now,
                              "address": re.sub(r"[^0-9A-Fa-f:.]", "", address or "")[:64],
-                             "browser": browser_label(user_agent)})
+                             **dict(zip(("browser", "system"), browser_label(user_agent)))})
     pipe.expire(name, LIFETIME_S)
     pipe.execute()
     pipe = client.pipeline(transaction=True)
@@ -90,7 +88,7 @@ def close(client, session_id: str | None) -> None:
 
 
 def list_sessions(client, account_id: str, session_id: str | None = None) -> list[dict]:
-    """The account's live sessions, newest first: {created_at (unix s), address, browser,
+    """The account's live sessions, newest first: {created_at (unix s), address, browser, system,
     current (this browser's)}. Names of sessions that ended on their own are dropped."""
     listed = keyspace.dash_sessions_of(account_id)
     digests = [store.text(d) for d in client.zrevrange(listed, 0, LISTED_MAX - 1)]
@@ -105,7 +103,7 @@ def list_sessions(client, account_id: str, session_id: str | None = None) -> lis
             dead.append(d)
             continue
         out.append({"created_at": int(s.get("created_at") or 0), "address": s.get("address") or "",
-                    "browser": s.get("browser") or "", "current": d == mine})
+                    "browser": s.get("browser") or "", "system": s.get("system") or "", "current": d == mine})
     if dead:
         client.zrem(listed, *dead)
     return out
