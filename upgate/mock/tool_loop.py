@@ -3,8 +3,8 @@ text answer once the tool's result comes back, as a model would. Never a second 
 that runs the tool gets an answer, never an endless loop.
 
 The call is to a tool the agents really have, with input their tool accepts: Claude Code's
-`Bash` ({"command": "echo …"}), Codex's `exec_command` ({"cmd": "echo …"}) or `shell`
-({"command": ["echo", "…"]}); with none of them, the first tool with an empty input. The answer
+`Bash` ({"command": "echo …"}), Codex's `exec_command` ({"cmd": "echo …"}), `shell`
+({"command": ["echo", "…"]}) or its JavaScript `exec` (`text("…")`); with none of them, the first tool with an empty input. The answer
 after the result quotes the start of the result's text, so a test sees the loop closed.
 Pure functions over the request's parts; each route's handler renders them in its own shape.
 """
@@ -19,6 +19,9 @@ _KNOWN = {
     "exec_command": {"cmd": f"echo {MARK}"},
     "shell_command": {"command": f"echo {MARK}"},
     "shell": {"command": ["echo", MARK]},
+    # Codex's JavaScript `exec` (a custom tool, offered to a chat model as a function of one
+    # string, `input`): its text() helper is the output
+    "exec": {"input": f'text("{MARK}")'},
 }
 
 
