@@ -35,9 +35,9 @@ class ResponsesAPIHandler(ChatHandler):
     @property
     def shape(self) -> answer.Shape:
         if self._response_shape is None:
-            native = self._chat.native if self._chat is not None else {}
+            original = self._chat.original if self._chat is not None else {}
             model = self.names.get(self.model_id, self.model_id) or ""
-            self._response_shape = answer.Shape("resp_" + self.request_id.removeprefix("req_"), model, native or {},
+            self._response_shape = answer.Shape("resp_" + self.request_id.removeprefix("req_"), model, original or {},
                                        self._chat.custom_tools if self._chat is not None else frozenset())
         return self._response_shape
 

@@ -31,11 +31,11 @@ _MAX_TOOLS = 512
 
 
 class ResponsesAsChat(dict):
-    """The chat body of a Responses request. `native`: the client's own body (what an upstream
+    """The chat body of a Responses request. `original`: the client's own body (what an upstream
     that speaks the Responses API gets); `custom_tools`: names of the client's custom tools (a
     call of one is answered as a custom_tool_call); `dropped_tools`: built-in tools left out."""
 
-    native: dict | None = None
+    original: dict | None = None
     custom_tools: frozenset = frozenset()
     dropped_tools: tuple = ()
 
@@ -52,7 +52,7 @@ def to_chat(body: dict) -> ResponsesAsChat:
     if body.get("background") is True:
         raise _bad("`background` is not supported: this gateway stores no responses (it is stateless).")
     out = ResponsesAsChat(model=body.get("model"))
-    out.native = body
+    out.original = body
     messages: list[dict] = []
     instructions = body.get("instructions")
     if isinstance(instructions, str) and instructions:
