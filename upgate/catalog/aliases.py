@@ -16,6 +16,7 @@ import re
 ALIAS = re.compile(r"^[A-Za-z0-9*][A-Za-z0-9._:@/*-]{0,199}$")
 MAX_ALIASES = 32
 MAX_NAME = 256  # a name longer than this is matched against no pattern
+_STAR = r"[^/\x00-\x20\x7f]*"  # `*`: a run of anything but `/` (a space or control character is no name's)
 
 
 def is_pattern(alias: str) -> bool:
@@ -29,7 +30,7 @@ class Patterns:
 
     def __init__(self, pairs) -> None:
         ordered = sorted(pairs, key=lambda p: -len(p[0]))  # stable: ties keep the catalog's order
-        self._compiled = [(re.compile("".join("[^/]*" if c == "*" else re.escape(c) for c in a) + r"\Z"), m)
+        self._compiled = [(re.compile("".join(_STAR if c == "*" else re.escape(c) for c in a) + r"\Z"), m)
                           for a, m in ordered]
         self._seen: dict = {}
 
