@@ -26,11 +26,14 @@ class ResponsesAPIHandler(ChatHandler):
     _encoder: EventEncoder | None = None
     _response_shape: answer.Shape | None = None
 
-    def _request(self, body: dict):
+    def _request(self, body: dict):  # (body_work.py may run it off the loop: no I/O, no headers)
         self._chat = to_chat(body)
+        return validate(self._chat, "chat")
+
+    async def _forward(self, req, models) -> None:
         if self._chat.dropped_tools:  # built-in tools the upstream cannot serve: named, not refused
             self.set_header(_DROPPED_HEADER, ", ".join(dict.fromkeys(self._chat.dropped_tools)))
-        return validate(self._chat, "chat")
+        await super()._forward(req, models)
 
     @property
     def shape(self) -> answer.Shape:

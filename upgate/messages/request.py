@@ -218,7 +218,10 @@ def _result_text(content, i: int) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        return "".join(b.get("text", "") for b in content if isinstance(b, dict) and b.get("type") == "text")
+        texts = [b.get("text") for b in content if isinstance(b, dict) and b.get("type") == "text"]
+        if not all(isinstance(t, str) for t in texts):  # a number's "".join was a 500
+            raise _bad(f"messages.{i}: a tool_result's text block needs its text.")
+        return "".join(texts)
     raise _bad(f"messages.{i}: a tool_result's content must be a string or a list of blocks.")
 
 

@@ -85,12 +85,23 @@ def requests(account_id: str) -> str:
     return tag(account_id) + REQS
 
 
+def refused(account_id: str) -> str:
+    """Sorted set: the account's refused-request records (a 4xx/5xx no hold recorded: code,
+    route, model, key, time; lua/keep_refused.lua), scored by time, ms, at most
+    request_record.REFUSED_MAX; filed in the same request index as `requests`."""
+    return tag(account_id) + ":refused"
+
+
 def keyhash(digest: str) -> str:
     """String "<account_id>:<key_id>" for the HMAC of a full key (cross-account lookup)."""
     return "keyhash:" + digest
 
 
 ACCOUNTS = "accounts"  # set of all account ids (operator listing)
+# hash: the data migrations applied (upgate/migrations/): `version`, `<n>:at` (when step n was
+# done), `<n>:after` (the last account id step n has done: where an interrupted run goes on)
+MIGRATIONS = "{upgate}:migrations"
+MIGRATE_LOCK = "{upgate}:migrate_lock"  # string with a TTL: the one `migrate` running now
 # sorted set: every account id scored by its created_at (unix s): the newest-first listing. Its
 # tag puts it in the slot of ACCOUNTS, so one MULTI lists an account in both
 ACCOUNTS_BY_TIME = "{accounts}:created"
@@ -325,6 +336,12 @@ def phone_owner(phone: str) -> str:
     """String: the id of the one account with this canonical phone, or "*" when the phone is
     shared by several accounts (found by `audit`; nobody signs in with it until resolved)."""
     return phone_tag(phone) + ":account"
+
+
+def phone_shared(phone: str) -> str:
+    """Set: the accounts sharing a phone marked "*" in `phone_owner` (written by the phone
+    migration; a phone change that takes one of them away gives the phone back to the last)."""
+    return phone_tag(phone) + ":shared"
 
 
 def signin_code(phone: str) -> str:
