@@ -58,6 +58,7 @@ class Settings:
     metrics_public: bool = False  # /metrics without a token (UPGATE_METRICS_PUBLIC=1)
     journal_path: str = "upgate-settle.journal"
     max_streams: int = 10
+    responses: bool = False  # POST /v1/responses served (UPGATE_RESPONSES=on); off: the spec's 404
     cooldown_strikes: int = 3
     route_failures: int = 3  # failures in a row that cool a route (UPGATE_ROUTE_FAILURES)
     route_cooldown_s: float = 30.0  # how long a cold route or a refused pooled key stays out
@@ -183,6 +184,7 @@ def from_env(env: dict | None = None) -> Settings:
         metrics_token=env.get("UPGATE_METRICS_TOKEN", ""),
         metrics_public=env.get("UPGATE_METRICS_PUBLIC", "") == "1",
         journal_path=env.get("UPGATE_JOURNAL") or Settings.journal_path,
+        responses=_on_off(env, "UPGATE_RESPONSES", Settings.responses),
         webhook_url=_webhook_url(env),
         webhook_secret=env.get("UPGATE_WEBHOOK_SECRET", ""),
         webhook_timeout_s=webhook_timeout_s,
@@ -198,6 +200,17 @@ def from_env(env: dict | None = None) -> Settings:
         **_receipt(env),
         **pay,
     )
+
+
+def _on_off(env: dict, name: str, default: bool) -> bool:
+    value = env.get(name, "").strip().lower()
+    if not value:
+        return default
+    if value in ("on", "1", "true", "yes"):
+        return True
+    if value in ("off", "0", "false", "no"):
+        return False
+    raise SettingsError(f"{name} must be on or off, got {value!r}")
 
 
 def _public_url(env: dict) -> str:
