@@ -27,6 +27,7 @@ import tornado.httputil
 import tornado.web
 
 from upgate import i18n
+from upgate.i18n import refusals as refusal_text
 from upgate.handlers.base import new_request_id, set_page_headers
 from upgate.handlers.guard import BodyGuard
 from upgate.services import accounts, dash_sessions
@@ -214,6 +215,11 @@ class DashboardHandler(BodyGuard, tornado.web.RequestHandler):
 
     async def submit(self, *args) -> None:
         raise tornado.web.HTTPError(405)
+
+    def said(self, e: ValueError) -> str:
+        """A service refusal in the page's language, from the one catalogue
+        (upgate/i18n/refusals.py): never the service's English internals."""
+        return refusal_text.say(e, self.lang, self.locale.translate)
 
     def arg(self, name: str) -> str:
         """A form field, trimmed ("" when absent)."""

@@ -14,13 +14,17 @@ import re
 
 from upgate.i18n.numbers import to_ascii_digits as ascii_digits  # noqa: F401  (the one digit table)
 
+from upgate.errors import Reasoned
+
 _SEPARATORS = re.compile(r"[\s\-.()\u200c\u200e\u200f\u202a-\u202e]")
 _DIGITS = re.compile(r"[0-9]+")
 E164 = re.compile(r"^\+[1-9][0-9]{7,14}$")
 
 
-class PhoneError(ValueError):
+class PhoneError(Reasoned):
     """Not a phone number in any spelling `canonical` accepts."""
+
+    reason = "phone_invalid"
 
 
 def canonical(text) -> str:

@@ -28,6 +28,7 @@ import time
 from dataclasses import dataclass, field
 
 from upgate.billing import money
+from upgate.errors import Reasoned
 from upgate.services import accounts, phone_index, phones
 from upgate.sms import SmsFailed
 from upgate.store import connection as store, keyspace
@@ -47,42 +48,56 @@ SEND_TIMEOUT_S = 15.0  # a background send that outlives this is a failure (driv
 log = logging.getLogger("upgate.signin")
 
 
-class SignInError(ValueError):
-    """A refused step; `wait_s` when waiting helps."""
+class SignInError(Reasoned):
+    """A refused step; `wait_s` when waiting helps (also a parameter of its sentence)."""
 
     wait_s = 0
 
-    def __init__(self, message: str = "", wait_s: int = 0):
-        super().__init__(message or type(self).__doc__)
+    def __init__(self, message: str = "", wait_s: int = 0, **params):
+        super().__init__(message or type(self).__doc__, wait_s=wait_s, **params)
         self.wait_s = wait_s
 
 
 class InvalidPhone(SignInError):
     """That is not a phone number."""
 
+    reason = "phone_invalid"
+
 
 class TooSoon(SignInError):
     """A code was sent less than a minute ago."""
+
+    reason = "signin_too_soon"
 
 
 class TooMany(SignInError):
     """Too many codes for this phone or from this address in the last hour."""
 
+    reason = "signin_too_many"
+
 
 class SmsUnavailable(SignInError):
     """SMS is unavailable, try again shortly."""
 
+    reason = "sms_unavailable"
+
 
 class WrongCode(SignInError):
-    """The code is wrong."""
+    """The code is wrong; `params["tries_left"]` more may be made with it."""
+
+    reason = "signin_wrong_code"
 
 
 class CodeExpired(SignInError):
     """There is no live code for this phone: it expired or was used."""
 
+    reason = "signin_expired"
+
 
 class TooManyTries(SignInError):
     """Too many wrong codes: ask for a new one."""
+
+    reason = "signin_too_many_tries"
 
 
 def secret_from_pepper(pepper: str) -> bytes:
@@ -177,8 +192,10 @@ def check(client, secret: bytes, phone: str, code: str) -> None:
     status, left = store.script("signin_verify").call_sync(
         client, [keyspace.signin_code(phone)], [digest(secret, phone, code), TRIES, 0])
     status = int(status)
+    if status == 1 and int(left) <= 0:  # that was the last try: the code is dead now
+        raise WrongCode(reason="signin_last_try")
     if status == 1:
-        raise WrongCode(wait_s=0)
+        raise WrongCode(tries_left=int(left))
     if status == 2:
         raise CodeExpired()
     if status == 3:
