@@ -70,6 +70,8 @@ TEXT = {
     # top-up and suspension
     "topup_malformed": N_("Type a whole number of toman."),
     "topup_range": N_("A top-up is from {low_toman} to {high_toman} toman."),
+    "topup_pending": N_("{n} top-ups are already waiting for payment. Pay or wait for one of them first."),
+    "topup_too_many": N_("Too many payments were started or checked in the last hour. Please try again in {wait_s} seconds."),
     "suspended": N_("This account is suspended: you can see everything but change nothing. Please contact support."),
     # signing in
     "signin_too_soon": N_("A code was sent less than a minute ago. Please wait {wait_s} seconds before asking again."),

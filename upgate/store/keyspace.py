@@ -315,6 +315,17 @@ def payment_authority(gateway: str, authority: str) -> str:
 
 
 PAYMENTS_ALL = "{payments}:orders"  # zset "<account>|<order>" → created ms (operator listing)
+def payment_asks(account_id: str) -> str:
+    """Sorted set: this account's gateway calls of the last hour (ms): orders started and
+    returns from the bank verified (payments/bounds.py)."""
+    return tag(account_id) + ":payment_asks"
+
+
+def payment_asks_from(address: str) -> str:
+    """Sorted set: the gateway calls of the last hour caused from one client address (ms)."""
+    return "{payasks:" + address + "}:sent"
+
+
 PAYMENTS_OPEN = "{payments}:open"  # zset "<account>|<order>" → created ms: the reconciler's to-do
 PAYMENTS_LOCK = "{payments}:reconcile_lock"  # string: which node reconciles this minute
 
