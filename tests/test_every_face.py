@@ -134,6 +134,7 @@ PLUMBING = {
     "payments.orders.end": "a step of verifying a payment",
     "payments.orders.close": "a step of verifying a payment",
     "payments.orders.open_orders": "the reconciler's read of orders still open",
+    "payments.orders.open_fairly": "the reconciler's read of orders still open, a few per account",
     "payments.service.start": "the account holder's top-up (the dashboard), not the operator's",
     "payments.service.callback": "the bank's return to the gateway, not the operator's",
     "payments.service.reconcile": "every node's reconciler, in the background",
