@@ -227,8 +227,8 @@ def topup(client, account_id: str, amount_text, *, ref: str | None = None, note:
     micro = _amount(amount_text)
     ref, note = check_ref(ref), check_note(note)
     acct = normalize_id(account_id)
-    return credit(client, acct, "topup" if micro > 0 else "adjustment", micro, ref=ref, note=note,
-                  actor=actor)
+    return _audited(client, credit(client, acct, "topup" if micro > 0 else "adjustment", micro, ref=ref,
+                                   note=note, actor=actor), actor, ref)
 
 
 def adjust(client, account_id: str, amount_text, *, note: str, ref: str | None = None,
@@ -237,7 +237,24 @@ def adjust(client, account_id: str, amount_text, *, note: str, ref: str | None =
     micro = _amount(amount_text)
     ref, note = check_ref(ref), check_note(note, required=True)
     acct = normalize_id(account_id)
-    return credit(client, acct, "adjustment", micro, ref=ref, note=note, actor=actor)
+    return _audited(client, credit(client, acct, "adjustment", micro, ref=ref, note=note, actor=actor), actor, ref)
+
+
+def _audited(client, result: dict, actor: str, ref: str | None) -> dict:
+    """The operator's top-up or adjustment in the admin log: the balance before and after, or a
+    replay (the same ref again: nothing changed, not a second top-up)."""
+    from upgate.services import admin_log
+
+    tx = result["transaction"]
+    after = money.parse_toman(result["balance_toman"], allow_negative=True)
+    amount = money.parse_toman(tx["amount_toman"], allow_negative=True)
+    changed = not result["replayed"]
+    admin_log.record(client, actor, "account.topup" if tx["kind"] == "topup" else "account.adjust",
+                     tx["account_id"], {"amount_toman": tx["amount_toman"], "ref": ref, "transaction_id": tx["id"]},
+                     before={"balance_toman": money.fmt(after - amount)} if changed else None,
+                     after={"balance_toman": result["balance_toman"]} if changed else None,
+                     replay=result["replayed"], note=tx["note"])
+    return result
 
 
 def migrate(client, account_id: str) -> None:
