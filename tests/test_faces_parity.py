@@ -250,3 +250,46 @@ def test_notes_reasons_and_the_account_csv_on_every_face(faces, redis_url):
     assert len(one) == 2 and one[1].startswith(ids[1] + ",'+989121000001,suspended,")  # "+…" neutralised
     assert browser.get("/admin/accounts.csv", params={"q": "09121000001"}).text == api.get(
         "/accounts", params={"format": "csv", "phone": "09121000001"}).text
+
+
+def test_request_search_and_the_audit_log_filters_are_one_answer_on_every_face(faces, node, redis_url):
+    import httpx
+
+    from tests.gateway import seed
+
+    cli_json, cli_refusal, api, browser = faces
+    k1, a1, kid1 = seed(redis_url, balance="100000")
+    _k2, a2, _ = seed(redis_url, balance="100000")
+    for _ in range(3):
+        httpx.post(node.base + "/chat/completions", json={"model": "mock/chat-1", "messages": [
+            {"role": "user", "content": "hi"}]}, headers={"Authorization": f"Bearer {k1}"}, timeout=30)
+    query = {"key": kid1, "status": "200", "code": "ok"}
+    c_found = cli_json("request", "search", "--key", kid1, "--status", "200", "--code", "ok")
+    a_found = api.get("/requests", params=query).json()
+    k_found = page_objects(browser, "/admin/requests?" + "&".join(f"{k}={v}" for k, v in query.items()))["requests"]
+    assert len(a_found["data"]) == 3 and {r["account_id"] for r in a_found["data"]} == {a1}
+    assert c_found == a_found == k_found
+    a_csv = api.get("/requests", params={**query, "format": "csv"}).text
+    assert a_csv.splitlines()[0].startswith("request_id,time,account_id") and len(a_csv.splitlines()) == 4
+    assert browser.get("/admin/requests", params={**query, "format": "csv"}).text == a_csv
+    said = cli_refusal("request", "search", "--status", "abc")
+    err = api.get("/requests", params={"status": "abc"}).json()["error"]
+    shown = browser.get("/admin/requests", params={"status": "abc"})
+    assert err["param"] == "status" and shown.status_code == 400
+    assert said == err["message"] == html.unescape(REFUSAL.search(shown.text).group(1))
+
+    # the audit log, filtered: a replayed top-up is marked as one, not a second top-up
+    api.post(f"/accounts/{a2}/topups", json={"amount_toman": "70", "ref": "pay-77"})
+    api.post(f"/accounts/{a2}/topups", json={"amount_toman": "70", "ref": "pay-77"})
+    cli_json("account", "note", a2, "asked about pay-77")
+    c_log = cli_json("admin-token", "log", "--account", a2, "--action", "account.topup")["entries"]
+    a_log = api.get("/audit-log", params={"account": a2, "action": "account.topup"}).json()["data"]
+    k_log = page_objects(browser, f"/admin/audit?account={a2}&action=account.topup")["audit_log"]
+    assert c_log == a_log == k_log and [e["replay"] for e in a_log] == [True, False]
+    assert a_log[1]["after"] == {"balance_toman": "100070.000000"} and a_log[0]["after"] is None
+    assert [e["action"] for e in api.get("/audit-log", params={"account": a2}).json()["data"]] == [
+        "account.note", "account.topup", "account.topup"]
+    assert len(api.get("/audit-log", params={"actor": "cli", "account": a2}).json()["data"]) == 1
+    assert api.get("/audit-log", params={"account": a2, "format": "csv"}).text == browser.get(
+        "/admin/audit", params={"account": a2, "format": "csv"}).text
+    assert api.get("/audit-log", params={"from": "1405-13-01"}).json()["error"]["param"] == "from"

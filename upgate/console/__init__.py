@@ -43,6 +43,7 @@ def routes(ctx) -> list:
         (acct + r"/keys/" + _ID + r"/revoke", pages.KeyRevokeHandler, d),
         (r"/admin/models", pages.ModelsHandler, d),
         (r"/admin/models/sync", operations.PriceSyncHandler, d),
+        (r"/admin/requests", operations.RequestsHandler, d),
         (r"/admin/requests/" + _ID, operations.RequestHandler, d),
         (r"/admin/audit", operations.AuditHandler, d),
         (r"/admin/webhooks", operations.WebhooksHandler, d),

@@ -169,6 +169,93 @@ def read(client, limit: int = 100) -> list[dict]:
     return [entry(raw) for raw in client.lrange(keyspace.ADMIN_LOG, 0, limit - 1)]
 
 
+_CHUNK = 500
+
+
+def search(client, *, actor: str | None = None, account: str | None = None, action: str | None = None,
+           start: str | None = None, end: str | None = None, limit: int = 100) -> list[dict]:
+    """The newest `limit` entries that match every filter given: `actor` (a token's name, or
+    "cli"), `account` (an account id: what was done to it and to its keys), `action` (a verb,
+    or its noun: "key" is every key.*), `start`/`end` (Jalali days, Tehran). Reads the log (at
+    most MAX_ENTRIES, ~4 MB) `_CHUNK` entries per round trip and stops at `limit` matches."""
+    from upgate.services import periods
+    from upgate.services.account_rules import normalize_id
+
+    check_limit(limit)
+    lo, hi = periods.bounds_ms(start, end)
+    if account:
+        account = normalize_id(account)
+    actor = (actor or "").strip() or None
+    action = (action or "").strip() or None
+    out: list[dict] = []
+    for first in range(0, MAX_ENTRIES, _CHUNK):
+        raws = client.lrange(keyspace.ADMIN_LOG, first, first + _CHUNK - 1)
+        for raw in raws:
+            e = entry(raw)
+            ms = _ms(e["ts"])
+            if lo is not None and ms < lo:
+                return out  # newest first: everything after this is older still
+            if hi is not None and ms >= hi:
+                continue
+            if actor and e["actor"] != actor:
+                continue
+            if account and e.get("account") != account and e["object"].get("id") != account:
+                continue
+            if action and e["action"] != action and e["action"].partition(".")[0] != action:
+                continue
+            out.append(e)
+            if len(out) >= limit:
+                return out
+        if len(raws) < _CHUNK:
+            break
+    return out
+
+
+def _ms(iso: str | None) -> int:
+    from datetime import datetime
+
+    try:
+        return int(datetime.fromisoformat(str(iso).replace("Z", "+00:00")).timestamp() * 1000)
+    except ValueError:
+        return 0
+
+
+# ---- what a reader sees -----------------------------------------------------------------------
+
+FIELD_WORDS = {"phone": N_("phone"), "status": N_("status"), "balance_toman": N_("balance"),
+               "version": N_("data version")}
+VALUE_WORDS = {"active": N_("active"), "suspended": N_("suspended")}
+CSV_FIELDS = ("id", "ts", "actor", "action", "what", "object_type", "object_id", "account", "before", "after",
+              "replay", "note", "detail")
+
+
+def sentence(e: dict, translate=lambda s: s, object_words=None) -> str:
+    """"topped up account 2f0c…" in the reader's language (`translate`): the verb and its object,
+    never a route. `object_words(entry)` names the object (default: its id)."""
+    words = VERBS.get(e["action"], (None, e["action"]))[1]
+    obj = object_words(e) if object_words else (e["object"].get("id") or "")
+    text = translate(words) if words else e["action"]
+    return text % {"object": obj} if "%(object)s" in text else text
+
+
+def changes(e: dict) -> list[tuple[str, object, object]]:
+    """[(field, before, after)] of what the entry changed, in the order written."""
+    before, after = e.get("before") or {}, e.get("after") or {}
+    return [(k, before.get(k), after.get(k)) for k in dict.fromkeys([*before, *after])]
+
+
+def to_csv(entries: list[dict]) -> str:
+    """Entries as CSV (csv_safe): the sentence in English, before/after and detail as JSON."""
+    from upgate.services import csv_safe
+
+    def row(e):
+        dump = lambda v: orjson.dumps(v).decode() if v else ""  # noqa: E731
+        return {**e, "what": sentence(e), "object_type": e["object"].get("type"), "object_id": e["object"].get("id"),
+                "before": dump(e.get("before")), "after": dump(e.get("after")), "detail": dump(e.get("detail")),
+                "replay": "true" if e.get("replay") else "false"}
+    return csv_safe.write(CSV_FIELDS, [row(e) for e in entries])
+
+
 def check_limit(limit) -> int:
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_ENTRIES:
         raise InvalidLimit(f"limit must be a whole number from 1 to {MAX_ENTRIES}, got {limit!r}")

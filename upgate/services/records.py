@@ -46,6 +46,30 @@ def list_requests(client, account_id: str, limit: int = 50) -> list[dict]:
     return [decode(acct, r) for r in raws]
 
 
+def count_window(client, ids: list[str], lo_ms: int, hi_ms: int, batch: int = 500) -> dict[str, int]:
+    """How many records each account keeps from `lo_ms` up to (not including) `hi_ms`."""
+    out: dict[str, int] = {}
+    for i in range(0, len(ids), batch):
+        chunk = ids[i:i + batch]
+        pipe = client.pipeline(transaction=False)
+        for acct in chunk:
+            pipe.zcount(keyspace.requests(acct), lo_ms, f"({hi_ms}")
+        out.update(zip(chunk, (int(n) for n in pipe.execute())))
+    return out
+
+
+def account_window(client, ids: list[str], lo_ms: int, hi_ms: int, per_account: int):
+    """(record, time ms) of each account's records in [lo_ms, hi_ms), newest first, at most
+    `per_account` of each: one pipeline for all of `ids`."""
+    pipe = client.pipeline(transaction=False)
+    for acct in ids:
+        pipe.zrevrangebyscore(keyspace.requests(acct), f"({hi_ms}", lo_ms, start=0, num=max(1, per_account),
+                              withscores=True)
+    for acct, rows in zip(ids, pipe.execute()):
+        for raw, score in rows:
+            yield decode(acct, raw), int(score)
+
+
 def find(client, request_id: str, *, keep_days: int | None = None) -> dict:
     """The record of one request, by the id alone (X-Svc-Request-Id), or `UnknownRequest`.
     `keep_days`: how far back to look at least (default: UPGATE_REQUEST_LOG_DAYS); as far as
