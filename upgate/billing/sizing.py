@@ -174,13 +174,14 @@ def _price(model, prompt: int, completion: int, web_search: bool, cached: int = 
     return max(0, -(-total // money.MICRO))
 
 
-def hold_micro(body: dict, models: list, *, embeddings: bool | None = None) -> int:
+def hold_micro(body: dict, models: list, *, embeddings: bool | None = None, prompt: int | None = None) -> int:
     """The hold for this request in micro-toman: the most expensive of `models` (target and
-    fallbacks). `embeddings` defaults to guessing from the body (`input`, no messages/prompt)."""
+    fallbacks). `embeddings` defaults to guessing from the body (`input`, no messages/prompt);
+    `prompt`: `prompt_tokens(body)` when the caller has it already (it is linear in the body)."""
     if not models:
         raise ValueError("hold_micro needs at least one model")
     embeddings = is_embeddings(body) if embeddings is None else embeddings
-    prompt = prompt_tokens(body)
+    prompt = prompt_tokens(body) if prompt is None else prompt
     output = 0 if embeddings else output_tokens(body) + reasoning_tokens(body)
     n = choices(body)
     best = 0

@@ -13,7 +13,7 @@ from upgate.catalog import store as catalog_store
 from upgate.console import data, view
 from upgate.console.base import PREFIX, ConsoleHandler
 from upgate.console.pages import log_console_write, refusal_status
-from upgate.services import admin_log, audit, prices, records, refusals, request_search
+from upgate.services import admin_log, audit, prices, records, request_search
 from upgate.webhooks import service as webhooks
 
 AUDIT_LOG_SHOWN = 100
@@ -48,7 +48,7 @@ class RequestsHandler(ConsoleHandler):
                                     key=typed["key"], status=typed["status"], code=typed["code"], cursor=cursor,
                                     limit=REQUESTS_SHOWN)
         except ValueError as e:
-            message = refusals.refusal(e).message
+            message = self.said(e)
             self.set_status(400)
         query = {k: v for k, v in typed.items() if v and k != "id"}
         if self.get_query_argument("format", "") == "csv" and found is not None:
@@ -83,7 +83,7 @@ class AuditHandler(ConsoleHandler):
         try:
             entries = await self.call(self.search, f)
         except ValueError as e:
-            message = refusals.refusal(e).message
+            message = self.said(e)
             self.set_status(400)
         if self.get_query_argument("format", "") == "csv" and message is None:
             self.set_header("Content-Type", "text/csv; charset=UTF-8")
@@ -114,7 +114,7 @@ class WebhookWriteHandler(ConsoleHandler):
         try:
             text, detail = await self.call(self.resend if verb == "resend" else self.ping)
         except ValueError as e:
-            self.flash(refusals.refusal(e).message, kind="error")
+            self.flash(self.said(e), kind="error")
         else:
             await log_console_write(self, f"POST {PREFIX}/webhooks/{verb}", None, detail)
             self.flash(text)
@@ -159,7 +159,7 @@ class PriceSyncHandler(ConsoleHandler):
         except catalog_store.ChangeTooLarge as e:
             status, outcome, message = 422, e.outcome.to_json(), str(e)
         except ValueError as e:
-            status, message = refusal_status(e), refusals.refusal(e).message
+            status, message = refusal_status(e), self.said(e)
         if outcome is not None and status == 200 and not flags["dry_run"]:
             await log_console_write(self, f"POST {PREFIX}/models/sync", None,
                                     {**{k: v for k, v in args.items() if k != "source"},

@@ -88,13 +88,14 @@ class KeysHandler(Page):
         return next((m for m in visible if not m.endswith(":free")), visible[0] if visible else "MODEL")
 
     def refusal(self, e: ValueError) -> str:
-        """The field at fault in the page's language; the service's own one line follows."""
+        """The field at fault in the page's language, then the refusal's sentence (the one
+        catalogue, upgate/i18n/refusals.py)."""
         _ = self.locale.translate
         label = {"name": _("Name"), "rate_limit_rpm": _("Requests per minute"),
                  "monthly_limit_toman": _("Monthly limit"), "allowed_models": _("Allowed models"),
                  "expires_at": _("Expires")}.get(getattr(e, "field", None))
         lead = _("{field} was not accepted.").format(field=label) if label else _("Not saved:")
-        return lead + "\n" + str(e)
+        return lead + "\n" + self.said(e)
 
     def base_url(self) -> str:
         """The /v1 address the customer's code should call: UPGATE_PUBLIC_URL, else this host."""
@@ -114,7 +115,14 @@ class KeysHandler(Page):
         await self.show(new_key={"key": full, "key_id": key_id, "prefix": prefix}, status=201)
 
 
-class KeyUpdateHandler(KeysHandler):
+class KeyFormHandler(KeysHandler):
+    """A form's target only: its page is /dashboard/keys, so a GET here is 405, not the list."""
+
+    async def get(self, *args) -> None:
+        raise Refused(405, self.locale.translate("This address only takes a form. Open the page it is on."))
+
+
+class KeyUpdateHandler(KeyFormHandler):
     async def submit(self, key_id: str) -> None:
         try:
             settings = keys.form_settings(self.arg, clearing=True)
@@ -127,7 +135,7 @@ class KeyUpdateHandler(KeysHandler):
         self.redirect(PREFIX + "/keys?done=updated", status=303)
 
 
-class KeyRevokeHandler(KeysHandler):
+class KeyRevokeHandler(KeyFormHandler):
     async def submit(self, key_id: str) -> None:
         try:
             await self.call(keys.revoke_key, key_id, account_id=self.account_id)

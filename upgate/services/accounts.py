@@ -98,9 +98,9 @@ def create_account(client, phone: str, balance_micro: int = 0, *, actor: str = "
 
     phone = check_phone(phone)
     if isinstance(balance_micro, bool) or not isinstance(balance_micro, int):
-        raise InvalidAmount("the opening balance must be an integer of micro-toman")
+        raise InvalidAmount("the opening balance must be an integer of micro-toman", reason="amount_malformed")
     if balance_micro < 0:
-        raise InvalidAmount("the opening balance must not be negative (use adjust afterwards)")
+        raise InvalidAmount("the opening balance must not be negative (use adjust afterwards)", reason="amount_negative")
     try:
         money.check_range(balance_micro)
     except money.AmountError as e:
@@ -138,7 +138,7 @@ def topup(client, account_id: str, amount_micro: int) -> int:
     from upgate.services import transactions
 
     if isinstance(amount_micro, bool) or not isinstance(amount_micro, int):
-        raise InvalidAmount("a top-up must be an integer of micro-toman")
+        raise InvalidAmount("a top-up must be an integer of micro-toman", reason="amount_malformed")
     if abs(amount_micro) > money.MAX_MICRO:
         raise BalanceOutOfRange("amount beyond 2^53 micro-toman (about 9,007,199,254 toman) is refused")
     result = transactions.topup(client, account_id, money.fmt(amount_micro))
@@ -315,7 +315,8 @@ def page(client, *, phone: str | None = None, cursor: str | None = None,
     but only the page's wallets; with `phone` it reads wallets 500 at a time until the page
     is full."""
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= PAGE_MAX:
-        raise InvalidCursor(f"limit must be a whole number from 1 to {PAGE_MAX}, got {limit!r}")
+        raise InvalidCursor(f"limit must be a whole number from 1 to {PAGE_MAX}, got {limit!r}",
+                            reason="limit_range", high=PAGE_MAX)
     if phone is not None:
         phone = check_phone(phone)
     if cursor is not None:

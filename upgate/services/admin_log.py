@@ -27,6 +27,7 @@ import time
 import orjson
 
 from upgate.billing import jalali
+from upgate.errors import Reasoned
 from upgate.i18n import N_
 from upgate.store import connection as store, keyspace
 
@@ -258,11 +259,12 @@ def to_csv(entries: list[dict]) -> str:
 
 def check_limit(limit) -> int:
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_ENTRIES:
-        raise InvalidLimit(f"limit must be a whole number from 1 to {MAX_ENTRIES}, got {limit!r}")
+        raise InvalidLimit(f"limit must be a whole number from 1 to {MAX_ENTRIES}, got {limit!r}", high=MAX_ENTRIES)
     return limit
 
 
-class InvalidLimit(ValueError):
+class InvalidLimit(Reasoned):
     """A limit is out of range."""
 
     field = "limit"
+    reason = "limit_range"

@@ -90,6 +90,13 @@ def requests(account_id: str) -> str:
     return tag(account_id) + REQS
 
 
+def refused(account_id: str) -> str:
+    """Sorted set: the account's refused-request records (a 4xx/5xx no hold recorded: code,
+    route, model, key, time; lua/keep_refused.lua), scored by time, ms, at most
+    request_record.REFUSED_MAX; filed in the same request index as `requests`."""
+    return tag(account_id) + ":refused"
+
+
 def keyhash(digest: str) -> str:
     """String "<account_id>:<key_id>" for the HMAC of a full key (cross-account lookup)."""
     return "keyhash:" + digest
