@@ -190,6 +190,7 @@ MAX_REASON = 500  # characters of a suspension's reason
 
 class InvalidReason(AccountError):
     field = "reason"
+    reason = "reason_too_long"
 
 
 def check_reason(text) -> str | None:
@@ -198,10 +199,10 @@ def check_reason(text) -> str | None:
     if text is None:
         return None
     if not isinstance(text, str) or len(text) > MAX_REASON:
-        raise InvalidReason(f"reason must be text of at most {MAX_REASON} characters")
+        raise InvalidReason(f"reason must be text of at most {MAX_REASON} characters", high=MAX_REASON)
     text = " ".join(text.split())
     if not text.isprintable():
-        raise InvalidReason("reason must be printable text")
+        raise InvalidReason("reason must be printable text", reason="text_control")
     return text or None
 
 

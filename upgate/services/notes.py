@@ -24,6 +24,7 @@ MAX_TEXT = 2000
 
 class InvalidNote(AccountError):
     field = "text"
+    reason = "note_text_missing"
 
 
 def check_text(text) -> str:
@@ -31,9 +32,9 @@ def check_text(text) -> str:
         raise InvalidNote("a note needs its text")
     text = text.strip().replace("\r\n", "\n")
     if len(text) > MAX_TEXT:
-        raise InvalidNote(f"a note is at most {MAX_TEXT} characters")
+        raise InvalidNote(f"a note is at most {MAX_TEXT} characters", reason="note_too_long", high=MAX_TEXT)
     if any(not (c.isprintable() or c == "\n") for c in text):
-        raise InvalidNote("a note must be printable text")
+        raise InvalidNote("a note must be printable text", reason="text_control")
     return text
 
 

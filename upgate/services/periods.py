@@ -10,8 +10,10 @@ from upgate.services.account_rules import AccountError
 
 
 class InvalidPeriod(AccountError):
-    def __init__(self, message: str, field: str):
-        super().__init__(message)
+    reason = "date_malformed"
+
+    def __init__(self, message: str, field: str, **kw):
+        super().__init__(message, **kw)
         self.field = field
 
 
@@ -21,7 +23,8 @@ def _day(text: str, field: str):
     except ValueError:
         raise InvalidPeriod(f"{field} must be a Jalali day like 1405-09-02, got {text[:40]!r}", field) from None
     if not 1300 <= day.year <= 1600:
-        raise InvalidPeriod(f"{field} must be a Jalali day between the years 1300 and 1600", field)
+        raise InvalidPeriod(f"{field} must be a Jalali day between the years 1300 and 1600", field,
+                            reason="date_out_of_range")
     return day
 
 
@@ -35,7 +38,7 @@ def bounds_ms(start: str | None, end: str | None) -> tuple[int | None, int | Non
         d = _day(end, "to")
         hi = int(jalali.tehran_day_bounds(_noon(d))[1] * 1000)
     if lo is not None and hi is not None and hi <= lo:
-        raise InvalidPeriod("to is before from", "to")
+        raise InvalidPeriod("to is before from", "to", reason="range_backwards")
     return lo, hi
 
 

@@ -29,8 +29,8 @@ DAY_MS = 86_400_000
 
 
 class InvalidSearch(AccountError):
-    def __init__(self, message: str, field: str):
-        super().__init__(message)
+    def __init__(self, message: str, field: str, **kw):
+        super().__init__(message, **kw)
         self.field = field
 
 
@@ -39,7 +39,7 @@ def _cursor(text: str | None) -> tuple[int, str] | None:
         return None
     ms, _, rid = text.partition(".")
     if not ms.isdigit() or not rid or len(rid) > 64:
-        raise InvalidSearch(f"not a cursor from a previous page: {text[:80]!r}", "cursor")
+        raise InvalidSearch(f"not a cursor from a previous page: {text[:80]!r}", "cursor", reason="cursor_invalid")
     return int(ms), rid
 
 
@@ -51,9 +51,10 @@ def _period(start: str | None, end: str | None) -> tuple[int, int]:
     hi = hi if hi is not None else int(today[1] * 1000)
     lo = lo if lo is not None else (hi - DAY_MS if end else int(today[0] * 1000))
     if hi <= lo:
-        raise InvalidSearch("to is before from", "to")
+        raise InvalidSearch("to is before from", "to", reason="range_backwards")
     if hi - lo > DAY_MS * MAX_DAYS + 2 * 3_600_000:  # (a day may be 23 or 25 hours long)
-        raise InvalidSearch(f"at most {MAX_DAYS} days per search: narrow from/to", "from")
+        raise InvalidSearch(f"at most {MAX_DAYS} days per search: narrow from/to", "from", reason="range_too_long",
+                            n=MAX_DAYS)
     return lo, hi
 
 
@@ -62,7 +63,8 @@ def _status(value) -> int | None:
         return None
     text = str(value).strip()
     if not (text.isascii() and text.isdigit() and 100 <= int(text) <= 599):
-        raise InvalidSearch(f"status must be an HTTP status from 100 to 599, got {text[:20]!r}", "status")
+        raise InvalidSearch(f"status must be an HTTP status from 100 to 599, got {text[:20]!r}", "status",
+                            reason="status_invalid")
     return int(text)
 
 
@@ -73,7 +75,8 @@ def search(client, *, start: str | None = None, end: str | None = None, model: s
     "from", "to": the period as Jalali days}. Filters: `model` (asked or answered), `key` (a key
     id), `status` (HTTP), `code` (the error code; "ok" for none)."""
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= PAGE_MAX:
-        raise InvalidSearch(f"limit must be a whole number from 1 to {PAGE_MAX}", "limit")
+        raise InvalidSearch(f"limit must be a whole number from 1 to {PAGE_MAX}", "limit", reason="limit_range",
+                            high=PAGE_MAX)
     lo, hi = _period(start, end)
     after = _cursor(cursor)
     if after is not None:
