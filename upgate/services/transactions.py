@@ -21,6 +21,7 @@ import unicodedata
 import orjson
 import redis
 
+from upgate.i18n import numbers
 from upgate.billing import jalali, money
 from upgate.store import connection as store, keyspace, lua_library
 from upgate.services.account_rules import (AccountError, BalanceOutOfRange, InvalidAmount, UnknownAccount,
@@ -196,7 +197,7 @@ def credit(client, acct: str, kind: str, amount_micro: int, *, ref: str | None =
     if code == 4:
         first = decode(acct, raw)
         raise IdempotencyConflict(
-            f"ref {ref!r} was already used for a {first['kind']} of {first['amount_toman']} toman "
+            f"ref {ref!r} was already used for a {first['kind']} of {numbers.exact_toman(first['amount_toman'])} toman "
             f"({first['id']}); nothing was changed")
     if code == 5:
         raise UnknownOrder(f"unknown order {order_id}")
