@@ -42,6 +42,7 @@ def test_pages_without_a_session_redirect_to_the_sign_in_form(node):
     assert page.status_code == 200 and 'lang="fa" dir="rtl"' in page.text and 'name="phone"' in page.text
 
 
+@pytest.mark.serial  # it measures time: nothing else may run meanwhile (tests/parallel.py)
 def test_enumeration_same_answer_and_similar_time(node, sms, redis_url):
     """Known and unknown phones get the same page; the unknown one waits as long as recent real
     sends took (here the log driver: both are quick), so time tells nothing either."""
@@ -231,6 +232,7 @@ def test_throttles_per_phone_and_per_address(make_node, sms, two):
     assert ask("+989352009999", "198.51.100.3").status_code == 200  # another address may
 
 
+@pytest.mark.serial  # it measures time: nothing else may run meanwhile (tests/parallel.py)
 def test_enumeration_timing_with_a_provider_that_takes_its_time(make_node, redis_url):
     """A real provider's round trip (300 ms here) is what a known phone's answer costs; an
     unknown phone's answer waits about as long, so the clock does not tell them apart."""
