@@ -533,6 +533,7 @@ def _raw_stream(node, key, mock_opts: dict, timeout: float = 30) -> tuple[bytes,
     return raw, first
 
 
+@pytest.mark.serial  # it measures time: nothing else may run meanwhile (tests/parallel.py)
 def test_keepalives_while_waiting_for_the_first_upstream_byte(make_node, redis_url, funded):
     node = make_node(keepalive_s=0.6)
     key, account_id, _ = funded
