@@ -10,7 +10,7 @@ from upgate.catalog import store as catalog_store
 from upgate.console import data
 from upgate.console.base import PREFIX, ConsoleHandler
 from upgate.console.pages import log_console_write, refusal_status
-from upgate.services import admin_log, audit, prices, records, refusals
+from upgate.services import admin_log, audit, prices, records
 from upgate.webhooks import service as webhooks
 
 AUDIT_LOG_SHOWN = 100
@@ -47,7 +47,7 @@ class WebhookWriteHandler(ConsoleHandler):
         try:
             text, detail = await self.call(self.resend if verb == "resend" else self.ping)
         except ValueError as e:
-            self.flash(refusals.refusal(e).message, kind="error")
+            self.flash(self.said(e), kind="error")
         else:
             await log_console_write(self, f"POST {PREFIX}/webhooks/{verb}", None, detail)
             self.flash(text)
@@ -92,7 +92,7 @@ class PriceSyncHandler(ConsoleHandler):
         except catalog_store.ChangeTooLarge as e:
             status, outcome, message = 422, e.outcome.to_json(), str(e)
         except ValueError as e:
-            status, message = refusal_status(e), refusals.refusal(e).message
+            status, message = refusal_status(e), self.said(e)
         if outcome is not None and status == 200 and not flags["dry_run"]:
             await log_console_write(self, f"POST {PREFIX}/models/sync", None,
                                     {**{k: v for k, v in args.items() if k != "source"},

@@ -166,7 +166,7 @@ class AccountsHandler(ConsoleHandler):
             self.set_status(refusal_status(e))
             self.render("accounts.html", nav="accounts", q="", sort="newest", sorts=account_list.SORTS,
                         page=None, first=True, message=None, list_url=lambda **change: PREFIX + "/accounts",
-                        created={"phone": phone, "message": refusals.refusal(e).message},
+                        created={"phone": phone, "message": self.said(e)},
                         account_url=lambda account_id: page_url(account_id, fresh_op()))
             return
         await log_console_write(self, "POST /admin/accounts", made["id"], {"phone": phone})
@@ -265,7 +265,7 @@ class WriteHandler(AccountHandler):
             raise tornado.web.HTTPError(404, str(e)) from None
         except ValueError as e:
             conflict = isinstance(e, transactions.IdempotencyConflict)
-            await self.show(account_id, message=refusals.refusal(e).message, form=self.form,
+            await self.show(account_id, message=self.said(e), form=self.form,
                             status=refusal_status(e), another=self.form if conflict else None)
             return
         await self.log_write(account_id)

@@ -61,10 +61,8 @@ class TopupHandler(DashboardHandler):
         s = self.ctx.settings
         try:
             order, url = await self.call(service.start, s, self.account_id, self.arg("amount_toman"))
-        except service.InvalidTopup:
-            f = self.get_template_namespace()["fmt"]
-            return await self.show(status=400, message=_("Enter a whole number of toman from {low} to {high}.").format(
-                low=f.toman(s.topup_min_toman), high=f.toman(s.topup_max_toman)))
+        except service.InvalidTopup as e:
+            return await self.show(status=400, message=self.said(e))
         except errors.PaymentsOff:
             raise Refused(404, _("Online payment is not available. Please contact support to top up."))
         except errors.PaymentError as e:

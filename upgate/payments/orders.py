@@ -28,14 +28,17 @@ class UnknownOrder(NotFound):
     """No such order (or, for a customer, not theirs: the same answer)."""
 
     field = "order"
+    reason = "order_unknown"
 
 
 class InvalidStatus(AccountError):
     field = "status"
+    reason = "invalid"
 
 
 class InvalidCursor(AccountError):
     field = "cursor"
+    reason = "cursor_invalid"
 
 
 def new_id() -> str:

@@ -197,9 +197,10 @@ def browse(client, *, q: str = "", sort: str = "newest", cursor: str | None = No
     "matched": what q matched ("account", "key", "key_prefix", "request", "phone") or None,
     "total": accounts listed, "searched": accounts looked at, "capped": more were not}``."""
     if sort not in SORTS:
-        raise InvalidCursor(f"sort must be one of {', '.join(SORTS)}, got {sort!r}")
+        raise InvalidCursor(f"sort must be one of {', '.join(SORTS)}, got {sort!r}", reason="invalid")
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= accounts.PAGE_MAX:
-        raise InvalidCursor(f"limit must be a whole number from 1 to {accounts.PAGE_MAX}, got {limit!r}")
+        raise InvalidCursor(f"limit must be a whole number from 1 to {accounts.PAGE_MAX}, got {limit!r}",
+                            reason="limit_range", high=accounts.PAGE_MAX)
     q = (q or "").strip()[:128]
     backfill(client)
     total = client.zcard(keyspace.ACCOUNTS_BY_TIME)

@@ -98,9 +98,9 @@ def create_account(client, phone: str, balance_micro: int = 0, *, actor: str = "
 
     phone = check_phone(phone)
     if isinstance(balance_micro, bool) or not isinstance(balance_micro, int):
-        raise InvalidAmount("the opening balance must be an integer of micro-toman")
+        raise InvalidAmount("the opening balance must be an integer of micro-toman", reason="amount_malformed")
     if balance_micro < 0:
-        raise InvalidAmount("the opening balance must not be negative (use adjust afterwards)")
+        raise InvalidAmount("the opening balance must not be negative (use adjust afterwards)", reason="amount_negative")
     try:
         money.check_range(balance_micro)
     except money.AmountError as e:
@@ -138,7 +138,7 @@ def topup(client, account_id: str, amount_micro: int) -> int:
     from upgate.services import transactions
 
     if isinstance(amount_micro, bool) or not isinstance(amount_micro, int):
-        raise InvalidAmount("a top-up must be an integer of micro-toman")
+        raise InvalidAmount("a top-up must be an integer of micro-toman", reason="amount_malformed")
     if abs(amount_micro) > money.MAX_MICRO:
         raise BalanceOutOfRange("amount beyond 2^53 micro-toman (about 9,007,199,254 toman) is refused")
     result = transactions.topup(client, account_id, money.fmt(amount_micro))
@@ -276,10 +276,7 @@ def update(client, account_id: str, *, free_quota=UNSET, low_balance_micro=UNSET
     """Change the daily free quota (None = the deployment default) and/or the low-balance
     threshold (None = no alert) in one atomic write; both are checked before anything is."""
     steps, event = [], None
-    if free_quota is not UNSET:
-        check_free_quota(free_quota)
-    if low_balance_micro not in (UNSET, None):
-        check_low_balance(low_balance_micro)
+    check_update(free_quota=free_quota, low_balance_micro=low_balance_micro)
     acct = _require(client, account_id)
     w = keyspace.wallet(acct)
     for field, value in (("free_quota", free_quota), ("low_balance", low_balance_micro)):
@@ -293,6 +290,14 @@ def update(client, account_id: str, *, free_quota=UNSET, low_balance_micro=UNSET
         atomic_write(client, [lambda p: [s(p) for s in steps]], event=event)
 
 
+def check_update(*, free_quota=UNSET, low_balance_micro=UNSET) -> None:
+    """`update`'s checks alone (a face that makes several changes checks them all first)."""
+    if free_quota is not UNSET:
+        check_free_quota(free_quota)
+    if low_balance_micro not in (UNSET, None):
+        check_low_balance(low_balance_micro)
+
+
 def page(client, *, phone: str | None = None, cursor: str | None = None,
          limit: int = 50) -> tuple[list[dict], str | None]:
     """One page of accounts ordered by id, after `cursor` (the last id of the previous page);
@@ -300,7 +305,8 @@ def page(client, *, phone: str | None = None, cursor: str | None = None,
     but only the page's wallets; with `phone` it reads wallets 500 at a time until the page
     is full."""
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= PAGE_MAX:
-        raise InvalidCursor(f"limit must be a whole number from 1 to {PAGE_MAX}, got {limit!r}")
+        raise InvalidCursor(f"limit must be a whole number from 1 to {PAGE_MAX}, got {limit!r}",
+                            reason="limit_range", high=PAGE_MAX)
     if phone is not None:
         phone = check_phone(phone)
     if cursor is not None:

@@ -19,7 +19,7 @@ import redis
 from upgate.store import connection as store, keyspace, lua_library
 from upgate.services.account_rules import AccountError, UnknownAccount, normalize_id
 from upgate.billing.request_record import (  # noqa: F401  (part of this module's API)
-    DAY_MS, FIELDS, PUBLIC, decode, encode, new)
+    DAY_MS, FIELDS, PUBLIC, decode, encode, kept_keys, new)
 
 MAX_LIMIT = 1000
 
@@ -27,23 +27,28 @@ MAX_LIMIT = 1000
 class UnknownRequest(AccountError):
     """No record of this request is kept (never made, or older than the retention)."""
 
+    reason = "request_unknown"
+
 
 class InvalidLimit(AccountError):
     field = "limit"
+    reason = "limit_range"
 
 
 def list_requests(client, account_id: str, limit: int = 50) -> list[dict]:
-    """The account's kept request records, newest first."""
+    """The account's kept request records, newest first: billed and refused ones together."""
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:
-        raise InvalidLimit(f"limit must be a whole number from 1 to {MAX_LIMIT}, got {limit!r}")
+        raise InvalidLimit(f"limit must be a whole number from 1 to {MAX_LIMIT}, got {limit!r}", high=MAX_LIMIT)
     acct = normalize_id(account_id)
     pipe = client.pipeline(transaction=False)
     pipe.exists(keyspace.wallet(acct))
-    pipe.zrevrange(keyspace.requests(acct), 0, limit - 1)
-    exists, raws = pipe.execute()
+    for kept in kept_keys(acct):
+        pipe.zrevrange(kept, 0, limit - 1, withscores=True)
+    exists, *sets = pipe.execute()
     if not exists:
         raise UnknownAccount(f"unknown account {acct}")
-    return [decode(acct, r) for r in raws]
+    newest = sorted((pair for s in sets for pair in s), key=lambda pair: -pair[1])[:limit]
+    return [decode(acct, raw) for raw, _ in newest]
 
 
 def find(client, request_id: str, *, keep_days: int | None = None) -> dict:
@@ -56,7 +61,10 @@ def find(client, request_id: str, *, keep_days: int | None = None) -> dict:
     entry = _lookup(client, rid, keep_days)
     if entry is not None:
         acct, _, t = store.text(entry).partition("|")
-        for raw in client.zrangebyscore(keyspace.requests(acct), t, t):
+        pipe = client.pipeline(transaction=False)
+        for kept in kept_keys(acct):  # billed or refused: one round trip for both
+            pipe.zrangebyscore(kept, t, t)
+        for raw in (r for found in pipe.execute() for r in found):
             if orjson.loads(raw)[0] == rid:
                 return decode(acct, raw)
     raise UnknownRequest(f"no record of request {rid} (never made, or older than the retention)")

@@ -23,6 +23,7 @@ import time
 from dataclasses import dataclass
 
 from upgate.billing import money
+from upgate.errors import Reasoned
 from upgate.services import accounts, phone_index, phones
 from upgate.sms import SmsFailed
 from upgate.store import connection as store, keyspace
@@ -36,42 +37,56 @@ HOUR_MS = 3_600_000
 NEVER = "!"  # a stored digest no HMAC hex can equal
 
 
-class SignInError(ValueError):
-    """A refused step; `wait_s` when waiting helps."""
+class SignInError(Reasoned):
+    """A refused step; `wait_s` when waiting helps (also a parameter of its sentence)."""
 
     wait_s = 0
 
-    def __init__(self, message: str = "", wait_s: int = 0):
-        super().__init__(message or type(self).__doc__)
+    def __init__(self, message: str = "", wait_s: int = 0, **params):
+        super().__init__(message or type(self).__doc__, wait_s=wait_s, **params)
         self.wait_s = wait_s
 
 
 class InvalidPhone(SignInError):
     """That is not a phone number."""
 
+    reason = "phone_invalid"
+
 
 class TooSoon(SignInError):
     """A code was sent less than a minute ago."""
+
+    reason = "signin_too_soon"
 
 
 class TooMany(SignInError):
     """Too many codes for this phone or from this address in the last hour."""
 
+    reason = "signin_too_many"
+
 
 class NotSent(SignInError):
     """The SMS provider did not take the message."""
 
+    reason = "signin_not_sent"
+
 
 class WrongCode(SignInError):
-    """The code is wrong."""
+    """The code is wrong; `params["tries_left"]` more may be made with it."""
+
+    reason = "signin_wrong_code"
 
 
 class CodeExpired(SignInError):
     """There is no live code for this phone: it expired or was used."""
 
+    reason = "signin_expired"
+
 
 class TooManyTries(SignInError):
     """Too many wrong codes: ask for a new one."""
+
+    reason = "signin_too_many_tries"
 
 
 def secret_from_pepper(pepper: str) -> bytes:
@@ -118,7 +133,7 @@ def issue(client, secret: bytes, phone: str, address: str, signup_open: bool) ->
     status, wait = store.script("signin_issue").call_sync(
         client, [keyspace.signin_code(phone), keyspace.signin_sent(phone)],
         [digest(secret, phone, code) if real else NEVER, CODE_LIFE_S * 1000, RESEND_GAP_S * 1000,
-         PER_PHONE_HOUR, HOUR_MS, 0])
+         PER_PHONE_HOUR, HOUR_MS, 0, secrets.token_hex(8)])
     if int(status) == 1:
         raise TooSoon(wait_s=_seconds(wait))
     if int(status) == 2:
@@ -137,8 +152,10 @@ def check(client, secret: bytes, phone: str, code: str) -> None:
     status, left = store.script("signin_verify").call_sync(
         client, [keyspace.signin_code(phone)], [digest(secret, phone, code), TRIES, 0])
     status = int(status)
+    if status == 1 and int(left) <= 0:  # that was the last try: the code is dead now
+        raise WrongCode(reason="signin_last_try")
     if status == 1:
-        raise WrongCode(wait_s=0)
+        raise WrongCode(tries_left=int(left))
     if status == 2:
         raise CodeExpired()
     if status == 3:

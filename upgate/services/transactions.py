@@ -37,6 +37,7 @@ class InvalidRef(AccountError):
     """A ref is empty, longer than MAX_REF characters or holds a non-printable character."""
 
     field = "ref"
+    reason = "ref_invalid"
 
 
 class InvalidNote(AccountError):
@@ -49,12 +50,14 @@ class IdempotencyConflict(AccountError):
     """The ref was already used for a transaction of another kind or amount."""
 
     field = "ref"
+    reason = "idempotency_conflict"
 
 
 class UnknownOrder(AccountError):
     """A payment's credit names an order that does not exist (lua/credit.lua code 5)."""
 
     field = "order"
+    reason = "order_unknown"
 
 
 class OrderMismatch(AccountError):
@@ -62,6 +65,7 @@ class OrderMismatch(AccountError):
     nothing was credited."""
 
     field = "order"
+    reason = "order_mismatch"
 
 
 class NotDurable(Exception):
@@ -91,7 +95,7 @@ def check_ref(ref) -> str | None:
     if not isinstance(ref, str) or not ref or len(ref) > MAX_REF or not ref.isprintable():
         shown = ref if isinstance(ref, str) and len(ref) <= 40 else f"{str(ref)[:40]}…"
         raise InvalidRef(f"ref must be 1 to {MAX_REF} printable characters (no control "
-                         f"characters), got {shown!r}")
+                         f"characters), got {shown!r}", high=MAX_REF)
     return ref
 
 
@@ -100,10 +104,11 @@ def check_note(note, *, required: bool = False) -> str | None:
     `InvalidNote` otherwise, and when `required` and missing."""
     if note is None or (isinstance(note, str) and not note.strip()):
         if required:
-            raise InvalidNote("an adjustment needs a note saying why (--note TEXT)")
+            raise InvalidNote("an adjustment needs a note saying why (--note TEXT)", reason="note_missing")
         return None
     if not isinstance(note, str) or len(note) > MAX_NOTE or not note.isprintable():
-        raise InvalidNote(f"note must be at most {MAX_NOTE} printable characters (no control characters)")
+        raise InvalidNote(f"note must be at most {MAX_NOTE} printable characters (no control characters)",
+                          reason="note_too_long", high=MAX_NOTE)
     return note
 
 
@@ -214,7 +219,7 @@ def _amount(amount_text) -> int:
     micro = parse_amount(amount_text if isinstance(amount_text, str) else str(amount_text),
                          allow_negative=True, what="amount_toman")
     if micro == 0:
-        raise InvalidAmount("an amount of zero changes nothing")
+        raise InvalidAmount("an amount of zero changes nothing", reason="amount_zero")
     return micro
 
 

@@ -85,12 +85,23 @@ def requests(account_id: str) -> str:
     return tag(account_id) + REQS
 
 
+def refused(account_id: str) -> str:
+    """Sorted set: the account's refused-request records (a 4xx/5xx no hold recorded: code,
+    route, model, key, time; lua/keep_refused.lua), scored by time, ms, at most
+    request_record.REFUSED_MAX; filed in the same request index as `requests`."""
+    return tag(account_id) + ":refused"
+
+
 def keyhash(digest: str) -> str:
     """String "<account_id>:<key_id>" for the HMAC of a full key (cross-account lookup)."""
     return "keyhash:" + digest
 
 
 ACCOUNTS = "accounts"  # set of all account ids (operator listing)
+# hash: the data migrations applied (upgate/migrations/): `version`, `<n>:at` (when step n was
+# done), `<n>:after` (the last account id step n has done: where an interrupted run goes on)
+MIGRATIONS = "{upgate}:migrations"
+MIGRATE_LOCK = "{upgate}:migrate_lock"  # string with a TTL: the one `migrate` running now
 # sorted set: every account id scored by its created_at (unix s): the newest-first listing. Its
 # tag puts it in the slot of ACCOUNTS, so one MULTI lists an account in both
 ACCOUNTS_BY_TIME = "{accounts}:created"
@@ -327,6 +338,12 @@ def phone_owner(phone: str) -> str:
     return phone_tag(phone) + ":account"
 
 
+def phone_shared(phone: str) -> str:
+    """Set: the accounts sharing a phone marked "*" in `phone_owner` (written by the phone
+    migration; a phone change that takes one of them away gives the phone back to the last)."""
+    return phone_tag(phone) + ":shared"
+
+
 def signin_code(phone: str) -> str:
     """Hash, with a TTL of the code's life: the HMAC of the phone's current sign-in code, when
     it was issued and expires (ms), the tries used."""
@@ -347,3 +364,15 @@ def dash_session(session_hash: str) -> str:
     """Hash, with a TTL: one account holder's dashboard session (account_id, phone, created_at),
     named by the SHA-256 of its random id, so the store never holds a usable cookie."""
     return "dash:session:" + session_hash
+
+
+def dash_sessions_of(account_id: str) -> str:
+    """Sorted set: the SHA-256 names of an account's dashboard sessions, scored by when each
+    began (unix seconds): the sessions page's list and "sign out everywhere"."""
+    return tag(account_id) + ":dash_sessions"
+
+
+def alert_sent(phone: str) -> str:
+    """Sorted set: when each low-balance SMS of the last hour went to this phone (ms): the same
+    hourly cap as sign-in codes, on a log of its own (upgate/alerts/low_balance.py)."""
+    return phone_tag(phone) + ":alert_sent"
