@@ -42,6 +42,7 @@ def test_pages_without_a_session_redirect_to_the_sign_in_form(node):
     assert page.status_code == 200 and 'lang="fa" dir="rtl"' in page.text and 'name="phone"' in page.text
 
 
+@pytest.mark.serial  # it measures time: nothing else may run meanwhile (tests/parallel.py)
 def test_enumeration_same_answer_and_similar_time(node, sms, redis_url):
     """Known and unknown phones get the same page; the unknown one waits as long as recent real
     sends took (here the log driver: both are quick), so time tells nothing either."""

@@ -61,6 +61,13 @@ TEXT = {
     "month_before_account": N_("{month} is before this account was opened."),
     "range_backwards": N_("The end date is before the start date."),
     "range_too_long": N_("A report covers at most {n} days."),
+    # the support desk (notes, reasons, searches, phone changes)
+    "note_text_missing": N_("Write the note's text."),
+    "text_control": N_("The text must not contain control characters."),
+    "reason_too_long": N_("The reason may be at most {high} characters long."),
+    "phone_changed": N_("This account's phone was changed meanwhile: look again, then retry."),
+    "date_out_of_range": N_("That date is too far from today: type a Jalali date like 1405/12/29."),
+    "status_invalid": N_("Type an HTTP status as a number from 100 to 599, like 402."),
     # operators' own
     "token_name_invalid": N_("An admin token's name is 1 to 64 letters, digits, dots, dashes or underscores."),
     "token_name_taken": N_("An admin token with this name exists: revoke it first."),

@@ -80,6 +80,11 @@ def refs(account_id: str) -> str:
     return tag(account_id) + ":refs"
 
 
+def notes(account_id: str) -> str:
+    """List, newest first: the support desk's notes on the account (services/notes.py)."""
+    return tag(account_id) + ":notes"
+
+
 def requests(account_id: str) -> str:
     """Sorted set: the account's request records (compact JSON, no content) scored by time, ms."""
     return tag(account_id) + REQS
