@@ -8,9 +8,10 @@ from __future__ import annotations
 import tornado.web
 
 from upgate.console import charts
+from upgate.i18n import dates, numbers
 from upgate.dashboard import data, signin_pages, topup
 from upgate.dashboard.base import PREFIX, STATIC, DashboardHandler, Refused, StaticHandler
-from upgate.services import keys, records, statements
+from upgate.services import csv_safe, keys, records, statements
 
 _ID = r"([^/]+)"
 
@@ -35,6 +36,19 @@ def routes(ctx) -> list:
 
 
 class Page(DashboardHandler):
+    def kind_words(self) -> dict[str, str]:
+        _ = self.locale.translate
+        return {"opening": _("opening balance"), "topup": _("top-up"), "adjustment": _("adjustment")}
+
+    def note(self, txn: dict, refs: dict[str, str]) -> str:
+        """A transaction's note as its reader says it: a payment by its bank reference in the
+        page's language (the gateway's own note is the operator's); an operator's note as written."""
+        if txn.get("id") in refs:
+            ref = refs[txn["id"]]
+            return self.locale.translate("Paid online, bank reference {ref}").format(
+                ref=numbers.localize(ref, self.lang)) if ref else self.locale.translate("Paid online")
+        return txn.get("note") or ""
+
     def month(self) -> str:
         try:
             return data.check_month(self.get_query_argument("month", None))
@@ -45,7 +59,8 @@ class Page(DashboardHandler):
         f = self.get_template_namespace()["fmt"]
         return charts.bars([f.day(d["day"]) for d in days], [d[metric] for d in days], title, fmt,
                            tips=[f.when_day(d["day"]) for d in days],
-                           empty=self.locale.translate("No data in this period"), digits=f.digits)
+                           empty=self.locale.translate("No data in this period"), digits=f.digits,
+                           whole=metric == "requests")
 
 
 class HomeHandler(Page):
@@ -97,6 +112,12 @@ class KeysHandler(Page):
         lead = _("{field} was not accepted.").format(field=label) if label else _("Not saved:")
         return lead + "\n" + self.said(e)
 
+    async def checked(self, settings: dict) -> dict:
+        """A customer names only models the catalog offers (an alias becomes its model's id)."""
+        if settings.get("allowed_models"):
+            settings["allowed_models"] = await self.call(keys.check_catalog, settings["allowed_models"])
+        return settings
+
     def base_url(self) -> str:
         """The /v1 address the customer's code should call: UPGATE_PUBLIC_URL, else this host."""
         public = self.ctx.settings.public_url
@@ -106,7 +127,7 @@ class KeysHandler(Page):
 
     async def submit(self) -> None:
         try:
-            settings = keys.form_settings(self.arg, clearing=False)
+            settings = await self.checked(keys.form_settings(self.arg, clearing=False))
             full, key_id, prefix = await self.call(keys.create_key, self.ctx.settings.key_pepper,
                                                    self.account_id, **settings)
         except ValueError as e:
@@ -118,7 +139,7 @@ class KeysHandler(Page):
 class KeyUpdateHandler(KeysHandler):
     async def submit(self, key_id: str) -> None:
         try:
-            settings = keys.form_settings(self.arg, clearing=True)
+            settings = await self.checked(keys.form_settings(self.arg, clearing=True))
             await self.call(keys.update_key, key_id, account_id=self.account_id, **settings)
         except keys.UnknownKey:  # another account's key: the same 404 as a missing one
             raise tornado.web.HTTPError(404) from None
@@ -129,7 +150,17 @@ class KeyUpdateHandler(KeysHandler):
 
 
 class KeyRevokeHandler(KeysHandler):
+    """Revoking cannot be undone: the first POST shows what would stop working and asks (a page,
+    no script); only the confirmed form (`confirmed=1`) revokes."""
+
     async def submit(self, key_id: str) -> None:
+        if self.arg("confirmed") != "1":
+            mine = next((k for k in await self.call(data.key_list, self.account_id)
+                         if k["key_id"] == key_id and k["state"] != "revoked"), None)
+            if mine is None:  # another account's key, or none: the same 404
+                raise tornado.web.HTTPError(404)
+            self.render("confirm_revoke.html", key=mine)
+            return
         try:
             await self.call(keys.revoke_key, key_id, account_id=self.account_id)
         except keys.UnknownKey:
@@ -169,6 +200,11 @@ class RequestsHandler(Page):
 class BillingHandler(Page):
     nav = "billing"
 
+    def get_template_namespace(self) -> dict:
+        ns = super().get_template_namespace()
+        ns.update(kinds=self.kind_words(), note=self.note)
+        return ns
+
     async def get(self) -> None:
         month = self.month()
         try:
@@ -179,12 +215,32 @@ class BillingHandler(Page):
 
 
 class StatementCsvHandler(Page):
+    """The month's statement as a file in the reader's words: the same rows as every face's
+    (statements.rows), headed and told in the page's language, days and times Jalali (Tehran),
+    amounts in toman as the pages round them, with ASCII digits and no separators so that a
+    spreadsheet adds them up; a BOM so that Excel reads the Persian."""
+
     async def get(self) -> None:
         month = self.month()
         try:
-            text = await self.call(data.statement_csv, self.account_id, month)
+            rows, refs = await self.call(data.statement_file, self.account_id, month)
         except statements.InvalidMonth:
             raise Refused(400, self.locale.translate("That month is not one the dashboard can show.")) from None
         self.set_header("Content-Type", "text/csv; charset=UTF-8")
         self.set_header("Content-Disposition", f'attachment; filename="statement-{month}.csv"')
-        self.finish(text)
+        self.finish("\ufeff" + self.render_csv(rows, refs))
+
+    def render_csv(self, rows: list[dict], refs: dict[str, str]) -> str:
+        _ = self.locale.translate
+        kinds = {"opening_balance": _("Opening balance"), "closing_balance": _("Closing balance"),
+                 "charges": _("Requests of the day"), **self.kind_words()}
+        fields = ("day", "time", "kind", "requests", "note", "amount_toman")
+        out = []
+        for r in rows:
+            when = dates.jalali_text(r["time"]) if r.get("time") else ""
+            out.append({
+                "day": (r.get("day") or "").replace("-", "/"), "time": when[11:],
+                "kind": kinds.get(r["kind"], r["kind"]), "requests": r.get("requests", ""),
+                "note": self.note(r, refs), "amount_toman": numbers.toman(r["amount_toman"]).replace(",", "")})
+        return csv_safe.write(fields, out, headers=[_("Day"), _("Time"), _("What"), _("Requests"), _("Note"),
+                                                    _("Amount (toman)")])

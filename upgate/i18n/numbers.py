@@ -3,6 +3,7 @@ toman, or two decimals under 1,000: no six-decimal tails), counts, and Persian d
 Persian separators (٬ for thousands, ٫ for the decimal point). Pure functions."""
 from __future__ import annotations
 
+import re
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 
 from upgate.billing import money
@@ -74,3 +75,18 @@ def plain_toman(micro: int | None) -> str:
     if micro is None:
         return ""
     return format(money.to_decimal(micro).normalize(), "f")
+
+
+_SEPARATORS = "٬,،"  # Persian, Latin and Arabic thousands separators
+_GROUPED = re.compile(r"[+-]?[0-9]{1,3}(?:,[0-9]{3})+(?:\.[0-9]+)?")
+
+
+def plain_amount(text: str) -> str:
+    """An amount as a person types it → plain decimal text for the one amount parser:
+    Persian, Arabic-Indic or Latin digits, thousands separators (٬ , ،) between groups of three,
+    ٫ or . as the decimal point ("۵۰٬۰۰۰" → "50000", "1,500.25" → "1500.25"). Anything else is
+    returned with its digits made ASCII, for the parser to refuse ("1,00" stays "1,00")."""
+    s = to_ascii_digits(str(text)).strip().replace("٫", ".").replace("−", "-")
+    for sep in _SEPARATORS:
+        s = s.replace(sep, ",")
+    return s.replace(",", "") if _GROUPED.fullmatch(s) else s
