@@ -43,6 +43,8 @@ ACTIONS = {
                            "account set-free-quota", "PATCH /admin/v1/accounts/{id}", "POST " + ACCOUNT + "/settings"),
     "account.low_balance": (("accounts.patch", "accounts.update"), "account set-low-balance",
                             "PATCH /admin/v1/accounts/{id}", "POST " + ACCOUNT + "/settings"),
+    "account.set_phone": (("phone_change.set_phone", "phone_change.change"), "account set-phone",
+                          "PATCH /admin/v1/accounts/{id}", "POST " + ACCOUNT + "/phone"),
     "account.topup": (("transactions.topup", "transactions.credit", "accounts.topup"), "account topup",
                       "POST /admin/v1/accounts/{id}/topups", "POST " + ACCOUNT + "/topups"),
     "account.adjust": (("transactions.adjust",), "account adjust", "POST /admin/v1/accounts/{id}/adjustments",
@@ -86,6 +88,10 @@ ACTIONS = {
     "payments.show": (("payments.orders.get",), "payments show", "GET /admin/v1/payments/{id}", "GET /admin/payments"),
     "payments.verify": (("payments.service.verify_id", "payments.service.verify"), "payments verify",
                         "POST /admin/v1/payments/{id}/verify", "POST /admin/payments/{order_id}/verify"),
+    "migrate": ((), "migrate", "absent: a data migration is run once per release by whoever deploys it, from "
+                "a shell beside the store (like admin tokens); a request's worth of time is not enough for it",
+                "absent: a data migration is run once per release by whoever deploys it, from a shell beside the "
+                "store; `upgate serve` warns while one is pending"),
     "admin_token.create": (("admin_tokens.create",), "admin-token create", NO_TOKENS, NO_TOKENS),
     "admin_token.list": (("admin_tokens.list_tokens",), "admin-token list", NO_TOKENS, NO_TOKENS),
     "admin_token.revoke": (("admin_tokens.revoke",), "admin-token revoke", NO_TOKENS, NO_TOKENS),
@@ -106,7 +112,7 @@ PLUMBING = {
     "account_list.spent_this_month": "a column of the accounts list",
     "phone_index.claim": "part of creating an account (a phone belongs to one account)",
     "phone_index.owner": "how a phone is looked up (search, sign-in)",
-    "phone_index.rebuild": "the audit runs it on accounts from before the phone index",
+    "phone_index.duplicates": "a part of the audit (audit.run): phones several accounts hold",
     "records.find_own": "the account holder's own request (the dashboard), not the operator's",
     "dash_sessions.open_session": "the account holder's dashboard session",
     "dash_sessions.current": "the account holder's dashboard session",

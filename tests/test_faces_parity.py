@@ -155,3 +155,37 @@ def test_the_same_refusal_reads_the_same_on_every_face(faces):
         shown = html.unescape(REFUSAL.search(answer.text).group(1))
         assert said == err["message"] == shown, (said, err["message"], shown)
         assert field in said
+
+
+def test_a_phone_change_is_one_action_on_every_face(faces):
+    """`account set-phone`, PATCH {"phone"} and the console's phone form: the same account object
+    after it, the same audit entry (verb, object, before and after), the same refusal for a phone
+    another account has (409 phone_in_use on the API and the console)."""
+    cli_json, cli_refusal, api, browser = faces
+    ids = [cli_json("account", "create", "--phone", f"0912000000{i}")["id"] for i in range(4)]
+    c_obj = cli_json("account", "set-phone", ids[0], "09350000001")
+    a_obj = api.patch(f"/accounts/{ids[1]}", json={"phone": "+98 935 000 0002"}).json()
+    page_url = f"/admin/accounts/{ids[2]}?op=0123456789abcdef"
+    done = console_form(browser, page_url, f"/admin/accounts/{ids[2]}/phone", {"phone": "۰۹۳۵۰۰۰۰۰۰۳"})
+    assert done.status_code == 303, done.text
+    k_obj = page_objects(browser, page_url)["account"]
+    assert (c_obj["phone"], a_obj["phone"], k_obj["phone"]) == ("+989350000001", "+989350000002", "+989350000003")
+    assert c_obj["changed"] is True and c_obj["before_phone"] == "+989120000000"
+    same({k: c_obj[k] for k in a_obj}, a_obj, "account after a phone change (CLI vs API)")
+    same(k_obj, a_obj, "account after a phone change (console vs API)")
+    log = api.get("/audit-log", params={"limit": 3}).json()["data"]
+    assert [(e["action"], e["object"]["id"], e["before"], e["after"]) for e in log] == [
+        ("account.set_phone", ids[i], {"phone": f"+98912000000{i}"}, {"phone": f"+98935000000{i + 1}"})
+        for i in (2, 1, 0)]
+    assert [e["actor"] for e in log] == ["ops", "ops", "cli"]
+    # a phone another account has: the same refusal on the three faces, nothing written
+    said = cli_refusal("account", "set-phone", ids[3], "09350000001")
+    err = api.patch(f"/accounts/{ids[3]}", json={"phone": "09350000001"})
+    assert err.status_code == 409 and err.json()["error"]["code"] == "phone_in_use"
+    answer = console_form(browser, f"/admin/accounts/{ids[3]}?op=0123456789abcdef",
+                          f"/admin/accounts/{ids[3]}/phone", {"phone": "09350000001"})
+    assert answer.status_code == 409, answer.text
+    shown = html.unescape(REFUSAL.search(answer.text).group(1))
+    assert said == err.json()["error"]["message"] == shown
+    assert api.get(f"/accounts/{ids[3]}").json()["phone"] == "+989120000003"
+    assert len(api.get("/audit-log").json()["data"]) == 3 + 4  # the creations and the three changes

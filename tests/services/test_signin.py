@@ -161,3 +161,15 @@ def test_an_unknown_phone_waits_about_as_long_as_a_real_send(client, known):
     started = time.monotonic()
     _run(client, lambda call: flow.ask(call, "09350000000", "192.0.2.1", str))
     assert 0.2 <= time.monotonic() - started <= 1.5
+
+
+def test_two_sends_in_one_millisecond_count_twice(client, r):
+    """Each send is its own member of the phone's log: two in one millisecond (a clock that
+    stood still, or a test that moves time) must not count once."""
+    from upgate.store import connection as store
+    keys = [keyspace.signin_code(PHONE), keyspace.signin_sent(PHONE)]
+    for member in ("a1", "b2"):
+        status, _ = store.script("signin_issue").call_sync(
+            client, keys, [signin.NEVER, 120_000, 0, 5, signin.HOUR_MS, 1_700_000_000_000, member])
+        assert int(status) == 0
+    assert r.zcard(keyspace.signin_sent(PHONE)) == 2

@@ -176,7 +176,12 @@ def test_an_account_from_before_gets_an_honest_opening(client, r):
     r.delete(keyspace.transactions(acct))
     r.hdel(w, "credited", "charged")
     r.hset(w, "balance", 4_200_000)
-    assert audit.run(client)["mismatches"] == []  # the audit migrates it, not flags it
+    assert audit.run(client)["unmigrated"] == 1  # the audit reads only: it says so, writes nothing
+    assert r.hget(w, "credited") is None
+    from upgate import migrations
+
+    assert migrations.run(client)["migrations"][0]["changed"] == 1
+    assert audit.run(client)["mismatches"] == [] and audit.run(client)["unmigrated"] == 0
     txns = transactions.list_transactions(client, acct)
     assert [(t["kind"], t["amount_toman"], t["actor"]) for t in txns] == [("opening", "4.200000", "migration")]
     assert r.hget(w, "credited") == "4200000" and r.hget(w, "charged") == "0"

@@ -119,6 +119,7 @@ class Ledger(Reaper, Journal, Cooldowns):
         self._reap = store.script("reap")
         self._cooldown = store.script("cooldown")
         self._rate_peek = store.script("rate_peek")
+        self._rate_count = store.script("rate_count")
         self._reap_scan = store.script("reap_scan")
         self._shard_groups: list | None = None
         self._sweeps = 0
@@ -366,6 +367,18 @@ class Ledger(Reaper, Journal, Cooldowns):
             log.warning("lease of hold %s (account %s) lost: it was no longer open when renewed "
                         "(reaped after a stall longer than the lease?)", hold_id, account_id)
         return lost
+
+    # ---- a request counted in the rpm window without a hold (count_tokens)
+    async def rate_count(self, account_id: str, key_id: str, member: str, now_ms: int | None = None) -> RateInfo:
+        """Count one request in the key's rpm window (its X-RateLimit-* values), or raise the
+        429 admit would give when the window is full."""
+        status, limit, remaining, reset_ms, retry_ms = await self._rate_count(
+            self.client, (keyspace.rpm(account_id, key_id), keyspace.key_record(account_id, key_id)),
+            (member, now_ms or 0))
+        rate = RateInfo(int(limit), int(remaining), _ceil_s(int(reset_ms)))
+        if int(status):
+            raise Rejected("rate_limit_exceeded", rate=rate, retry_after=max(1, _ceil_s(int(retry_ms))))
+        return rate
 
     # ---- rate headers without counting
     async def rate_peek(self, account_id: str, key_id: str, now_ms: int | None = None) -> RateInfo:

@@ -174,13 +174,14 @@ def _price(model, prompt: int, completion: int, web_search: bool, cached: int = 
     return max(0, -(-total // money.MICRO))
 
 
-def hold_micro(body: dict, models: list, *, embeddings: bool | None = None) -> int:
+def hold_micro(body: dict, models: list, *, embeddings: bool | None = None, prompt: int | None = None) -> int:
     """The hold for this request in micro-toman: the most expensive of `models` (target and
-    fallbacks). `embeddings` defaults to guessing from the body (`input`, no messages/prompt)."""
+    fallbacks). `embeddings` defaults to guessing from the body (`input`, no messages/prompt);
+    `prompt`: `prompt_tokens(body)` when the caller has it already (it is linear in the body)."""
     if not models:
         raise ValueError("hold_micro needs at least one model")
     embeddings = is_embeddings(body) if embeddings is None else embeddings
-    prompt = prompt_tokens(body)
+    prompt = prompt_tokens(body) if prompt is None else prompt
     output = 0 if embeddings else output_tokens(body) + reasoning_tokens(body)
     n = choices(body)
     best = 0
@@ -191,7 +192,8 @@ def hold_micro(body: dict, models: list, *, embeddings: bool | None = None) -> i
     return best
 
 
-def max_tokens_within(body: dict, models: list, available_micro: int, *, embeddings: bool | None = None) -> int:
+def max_tokens_within(body: dict, models: list, available_micro: int, *, embeddings: bool | None = None,
+                      prompt: int | None = None) -> int:
     """The largest max_tokens whose hold fits in `available_micro` for this body (the rest of it
     as it is), below the one asked for; 0 when none does (the prompt alone is too dear). What a
     402 and the dashboard tell a client: a smaller max_tokens may still fit. A binary search over
@@ -199,12 +201,13 @@ def max_tokens_within(body: dict, models: list, available_micro: int, *, embeddi
     if embeddings if embeddings is not None else is_embeddings(body):
         return 0
     asked = output_tokens(body)
+    prompt = prompt_tokens(body) if prompt is None else prompt  # once: the search varies the output only
     low, high = 0, asked - 1  # low always fits (or is 0), high is the largest left to try
     while low < high:
         mid = (low + high + 1) // 2
         trial = {k: v for k, v in body.items() if k not in OUTPUT_FIELDS}
         trial["max_tokens"] = mid
-        if hold_micro(trial, models, embeddings=False) <= available_micro:
+        if hold_micro(trial, models, embeddings=False, prompt=prompt) <= available_micro:
             low = mid
         else:
             high = mid - 1

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import tornado.web
 
-from upgate.console import operations, pages, payments
+from upgate.console import account_forms, operations, pages, payments
 from upgate.console.base import STATIC
 from upgate.handlers.guard import BodyGuard
 
@@ -34,6 +34,7 @@ def routes(ctx) -> list:
         (acct + r"/adjustments", pages.AdjustmentHandler, d),
         (acct + r"/(suspend|resume)", pages.SuspendHandler, d),
         (acct + r"/settings", pages.SettingsHandler, d),
+        (acct + r"/phone", account_forms.PhoneHandler, d),
         (acct + r"/statement\.csv", pages.StatementCsvHandler, d),
         (acct + r"/keys", pages.KeyCreateHandler, d),
         (acct + r"/keys/" + _ID + r"/update", pages.KeyUpdateHandler, d),

@@ -131,10 +131,14 @@ class DashboardHandler(BodyGuard, tornado.web.RequestHandler):
             reason = _("Not found.")
         elif status_code == 413:
             reason = _("That form is larger than the dashboard accepts.")
+        elif status_code == 405:
+            reason = _("This address only takes a form. Open the page it is on.")
         elif status_code == 403:
             reason = _("This form has expired. Go back, reload the page and try again.")
         else:
             reason = _("Something went wrong on our side. Please try again in a moment.")
+        if status_code == 405:  # (a write route: its form is the only way in)
+            self.set_header("Allow", "POST")
         self.render("error.html", status=status_code, reason=reason)
 
     def log_exception(self, typ, value, tb) -> None:

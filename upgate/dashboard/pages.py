@@ -136,7 +136,14 @@ class KeysHandler(Page):
         await self.show(new_key={"key": full, "key_id": key_id, "prefix": prefix}, status=201)
 
 
-class KeyUpdateHandler(KeysHandler):
+class KeyFormHandler(KeysHandler):
+    """A form's target only: its page is /dashboard/keys, so a GET here is 405, not the list."""
+
+    async def get(self, *args) -> None:
+        raise Refused(405, self.locale.translate("This address only takes a form. Open the page it is on."))
+
+
+class KeyUpdateHandler(KeyFormHandler):
     async def submit(self, key_id: str) -> None:
         try:
             settings = await self.checked(keys.form_settings(self.arg, clearing=True))
@@ -149,7 +156,7 @@ class KeyUpdateHandler(KeysHandler):
         self.redirect(PREFIX + "/keys?done=updated", status=303)
 
 
-class KeyRevokeHandler(KeysHandler):
+class KeyRevokeHandler(KeyFormHandler):
     """Revoking cannot be undone: the first POST shows what would stop working and asks (a page,
     no script); only the confirmed form (`confirmed=1`) revokes."""
 

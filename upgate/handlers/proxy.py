@@ -15,6 +15,7 @@ import redis.exceptions
 from upgate.billing import money, sizing
 from upgate.catalog.rules import check_allowed
 from upgate.errors import GatewayError
+from upgate.handlers import body_work
 from upgate.handlers.base import BaseHandler
 from upgate.handlers.failover import Failover
 from upgate.handlers.stream import CandidateFailed, StreamRelay
@@ -60,6 +61,7 @@ class ProxyHandler(Failover, StreamRelay, BaseHandler):
     model_id = None  # the model the client asked for (its first, with a `models` list)
     ttfb_ms = None  # request arrival → the answering provider's response headers
     record = None  # the request record (upgate/services/records.py) settle/release kept; the access log too
+    prompt_estimate: int | None = None  # the body's prompt tokens as sizing estimates them, once
 
     # ---- the request
     async def post(self) -> None:
@@ -81,7 +83,7 @@ class ProxyHandler(Failover, StreamRelay, BaseHandler):
             await ctx.refusals.check_balance(ctx.redis, key.account_id, len(raw), free_model)
         req = None
         try:
-            req = self._request(parse_json(raw, shape_checked=True))
+            req = await body_work.run(len(raw), self._understand, raw)
             self._body = []
             models = [ctx.catalog.resolve(m) for m in req.model_ids]
             for m in models:
@@ -96,7 +98,7 @@ class ProxyHandler(Failover, StreamRelay, BaseHandler):
             raise
         self.stream, self.model_id = req.stream, models[0].id
         free = all(m.free for m in models)
-        hold_micro = 0 if free else sizing.hold_micro(req.body, models)
+        hold_micro = 0 if free else sizing.hold_micro(req.body, models, prompt=self.prompt_estimate)
         alternative = None
         if free and (alt := ctx.catalog.alternative_for(models[0])) is not None:
             alternative = {
@@ -114,7 +116,7 @@ class ProxyHandler(Failover, StreamRelay, BaseHandler):
                 self.set_rate(e.rate)
             ctx.refusals.note(key.key_id, key.account_id, e)
             if e.code == "insufficient_balance" and not free:
-                self._smaller_fits(e, req.body, models)
+                self._smaller_fits(e, req.body, models, self.prompt_estimate)
             raise
         self.set_rate(self.hold.rate)
         self._billed = False
@@ -140,18 +142,32 @@ class ProxyHandler(Failover, StreamRelay, BaseHandler):
                 await self._release()
 
     @staticmethod
-    def _smaller_fits(e: Rejected, body: dict, models: list) -> None:
+    def _smaller_fits(e: Rejected, body: dict, models: list, prompt: int | None) -> None:
         """A 402 says when the same request with a smaller max_tokens would fit what is
         available (`svc.max_tokens_that_fit`), as the key's monthly-limit 429 does."""
         try:
             available = money.parse_toman((e.svc or {}).get("available_toman", "0"), allow_negative=True)
         except (ValueError, TypeError):
             return
-        fits = sizing.max_tokens_within(body, models, available) if available > 0 else 0
+        fits = sizing.max_tokens_within(body, models, available, prompt=prompt) if available > 0 else 0
         if fits > 0:
             e.svc = {**(e.svc or {}), "max_tokens_that_fit": fits}
             e.message = (f"The wallet's available balance does not cover this request's hold; the same "
                          f"request with max_tokens at most {fits} fits.")
+
+    def _understand(self, raw: bytes):
+        """The body's work (body_work.py: off the loop when large): parse, translate and
+        validate it, and estimate its prompt once (the hold, the settle and a stream's
+        estimate all use that one number)."""
+        req = self._request(parse_json(raw, shape_checked=True))
+        self.prompt_estimate = sizing.prompt_tokens(req.body)
+        return req
+
+    def _prompt(self, body) -> int:
+        """The prompt's estimated tokens (computed by _understand; here for a body it never saw)."""
+        if self.prompt_estimate is None:
+            self.prompt_estimate = sizing.prompt_tokens(body)
+        return self.prompt_estimate
 
     async def _peek_rate(self, key) -> None:
         """The X-RateLimit-* values for an error before admit. Best effort: a store that does not
@@ -239,7 +255,7 @@ class ProxyHandler(Failover, StreamRelay, BaseHandler):
             raise CandidateFailed(GatewayError("upstream_error", body_error_message(
                 obj["error"], self.ctx.providers.get(model.provider), model)))
         usage = obj.get("usage") if isinstance(obj.get("usage"), dict) else {}
-        prompt = tokens_or(usage.get("prompt_tokens"), sizing.prompt_tokens(body))
+        prompt = tokens_or(usage.get("prompt_tokens"), self._prompt(body))
         completion = tokens_or(usage.get("completion_tokens"), estimate_tokens(chars_output(obj, "message")))
         await self._settle(model, body, prompt, completion, usage)
         as_ours(obj, model)

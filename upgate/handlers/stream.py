@@ -12,7 +12,6 @@ from collections import deque
 import orjson
 import tornado.iostream
 
-from upgate.billing import sizing
 from upgate.errors import GatewayError
 from upgate.billing.output_count import as_list, as_ours, chars_output, estimate_tokens, usage_tokens
 from upgate.upstream import sse
@@ -214,14 +213,14 @@ class StreamRelay:
             await self._cut(model, body, chars, None, usage)
             return
         if usage is not None:
-            await self._settle(model, body, *usage_tokens(usage, body, chars), usage)
+            await self._settle(model, body, *usage_tokens(usage, self._prompt(body), chars), usage)
             if held is None and meta:  # its usage chunk went out before content that followed
                 held = self._usage_chunk(model, last, usage)
             if held is not None and relay_usage:
                 self._add_meta(held, model)
                 send(held)
         elif not self._billed:  # the provider sent no usage: estimate from what was relayed
-            prompt, completion = sizing.prompt_tokens(body), estimate_tokens(chars)
+            prompt, completion = self._prompt(body), estimate_tokens(chars)
             await self._settle(model, body, prompt, completion)
             if relay_usage:  # the client asked for usage (or meta): it gets the estimate, marked so
                 chunk = self._usage_chunk(model, last, {
@@ -262,9 +261,9 @@ class StreamRelay:
             code = CLIENT_CLOSED[1] if self._gone else "upstream_timeout" \
                 if isinstance(error, UpstreamTimeout) else "upstream_error"
             if usage is not None:
-                await self._settle(model, body, *usage_tokens(usage, body, chars), usage, code=code)
+                await self._settle(model, body, *usage_tokens(usage, self._prompt(body), chars), usage, code=code)
             elif chars:
-                await self._settle(model, body, sizing.prompt_tokens(body), estimate_tokens(chars), code=code)
+                await self._settle(model, body, self._prompt(body), estimate_tokens(chars), code=code)
             else:
                 await self._release(credit_free=True, outcome=(CLIENT_CLOSED[0] if self._gone else 200, code))
         if self._gone or self._finished:

@@ -1,6 +1,12 @@
 """Numbers as people read them, in either language: toman with thousands separators (whole
 toman, or two decimals under 1,000: no six-decimal tails), counts, and Persian digits with the
-Persian separators (٬ for thousands, ٫ for the decimal point). Pure functions."""
+Persian separators (٬ for thousands, ٫ for the decimal point). Pure functions.
+
+And numbers as people type them: `plain_number` and `whole` are the one reader of typed digits
+for every face (CLI, management API, console, dashboard). ASCII, Persian (۰–۹) and Arabic-Indic
+(٠–٩) digits; `,` `٬` `،` between groups of three; `.` or `٫` before decimals. Everything else
+that Unicode calls a digit (superscripts, circled, fullwidth, Devanagari …) is refused, and so
+is anything longer than MAX_NUMBER_CHARS: `str.isdigit()` is not what `int()` reads."""
 from __future__ import annotations
 
 import re
@@ -10,7 +16,15 @@ from upgate.billing import money
 
 _FA_DIGITS = str.maketrans("0123456789,.-", "۰۱۲۳۴۵۶۷۸۹٬٫−")
 _TO_ASCII = str.maketrans("۰۱۲۳۴۵۶۷۸۹٠١٢٣٤٥٦٧٨٩", "01234567890123456789")
+_TYPED = str.maketrans("۰۱۲۳۴۵۶۷۸۹٠١٢٣٤٥٦٧٨٩٬،٫−", "01234567890123456789,,.-")
+_SHAPE = re.compile(r"(-?)([0-9]{1,3}(?:,[0-9]{3})+|[0-9]+)(?:\.([0-9]+))?")
+_EDGES = " \t\r\n\u00a0\u200c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
+MAX_NUMBER_CHARS = 40  # "-9,007,199,254.000000" is 21; anything much longer is not typed by a person
 DASH = "—"
+
+
+class NumberError(ValueError):
+    """Not a number as people type them (see the module's docstring)."""
 
 
 def localize(text: str, lang: str) -> str:
@@ -21,6 +35,30 @@ def localize(text: str, lang: str) -> str:
 def to_ascii_digits(text: str) -> str:
     """Persian (۰–۹) and Arabic-Indic (٠–٩) digits → ASCII; everything else unchanged."""
     return text.translate(_TO_ASCII)
+
+
+def plain_number(text, *, decimals: bool = True, negative: bool = False) -> str:
+    """A typed number → plain ASCII decimal text ("-1500.25", "10000"), or `NumberError`.
+    Blanks and direction marks around it are ignored; separators must group by three."""
+    if not isinstance(text, str):
+        raise NumberError(f"not text: {type(text).__name__}")
+    s = text.strip(_EDGES)
+    if len(s) > MAX_NUMBER_CHARS:
+        raise NumberError(f"longer than {MAX_NUMBER_CHARS} characters")
+    m = _SHAPE.fullmatch(s.translate(_TYPED))
+    if m is None:
+        raise NumberError(f"not a number: {text!r}")
+    sign, whole_part, fraction = m.groups()
+    if sign and not negative:
+        raise NumberError(f"must not be negative: {text!r}")
+    if fraction is not None and not decimals:
+        raise NumberError(f"not a whole number: {text!r}")
+    return sign + whole_part.replace(",", "") + ("." + fraction if fraction is not None else "")
+
+
+def whole(text, *, negative: bool = False) -> int:
+    """A typed whole number → int (at most MAX_NUMBER_CHARS characters), or `NumberError`."""
+    return int(plain_number(text, decimals=False, negative=negative))
 
 
 def _decimal(value) -> Decimal | None:
@@ -76,17 +114,3 @@ def plain_toman(micro: int | None) -> str:
         return ""
     return format(money.to_decimal(micro).normalize(), "f")
 
-
-_SEPARATORS = "٬,،"  # Persian, Latin and Arabic thousands separators
-_GROUPED = re.compile(r"[+-]?[0-9]{1,3}(?:,[0-9]{3})+(?:\.[0-9]+)?")
-
-
-def plain_amount(text: str) -> str:
-    """An amount as a person types it → plain decimal text for the one amount parser:
-    Persian, Arabic-Indic or Latin digits, thousands separators (٬ , ،) between groups of three,
-    ٫ or . as the decimal point ("۵۰٬۰۰۰" → "50000", "1,500.25" → "1500.25"). Anything else is
-    returned with its digits made ASCII, for the parser to refuse ("1,00" stays "1,00")."""
-    s = to_ascii_digits(str(text)).strip().replace("٫", ".").replace("−", "-")
-    for sep in _SEPARATORS:
-        s = s.replace(sep, ",")
-    return s.replace(",", "") if _GROUPED.fullmatch(s) else s

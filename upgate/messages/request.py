@@ -52,7 +52,8 @@ def to_chat(body: dict) -> MessagesAsChat:
     for i, m in enumerate(messages):
         if not isinstance(m, dict) or m.get("role") not in ROLES:
             raise _bad(f"messages[{i}]: role must be one of: {', '.join(ROLES)}.")
-        chat.extend(_user(m["content"], i) if m["role"] == "user" else [_assistant(m["content"], i)])
+        content = m.get("content")  # (absent: refused by _blocks, never a KeyError's 500)
+        chat.extend(_user(content, i) if m["role"] == "user" else [_assistant(content, i)])
     out["messages"] = chat
     for name in ("temperature", "top_p", "top_k"):
         if body.get(name) is not None:
@@ -185,7 +186,10 @@ def _result_text(content, i: int) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        return "".join(b.get("text", "") for b in content if isinstance(b, dict) and b.get("type") == "text")
+        texts = [b.get("text") for b in content if isinstance(b, dict) and b.get("type") == "text"]
+        if not all(isinstance(t, str) for t in texts):  # a number's "".join was a 500
+            raise _bad(f"messages[{i}]: a tool_result's text block needs its text.")
+        return "".join(texts)
     raise _bad(f"messages[{i}]: a tool_result's content must be a string or a list of blocks.")
 
 

@@ -14,6 +14,7 @@ import logging
 import time
 from dataclasses import dataclass
 
+from upgate.i18n import numbers
 from upgate.payments import gateways, orders, units
 from upgate.payments.errors import (AmountMismatch, GatewayRefused, GatewayUnavailable, NotPaid,
                                     PaymentError, PaymentsOff)
@@ -50,18 +51,15 @@ class Outcome:
 
 def check_amount(settings, amount_text) -> int:
     """A top-up amount from a form → whole toman within UPGATE_TOPUP_MIN/MAX_TOMAN."""
-    text = str(amount_text or "").strip().translate(_DIGITS).replace(",", "").replace("٬", "")
-    if not text.isdigit():
-        raise InvalidTopup("enter a whole number of toman", reason="topup_malformed")
-    toman = int(text)
+    try:
+        toman = numbers.whole(amount_text if isinstance(amount_text, str) else str(amount_text or ""))
+    except numbers.NumberError:
+        raise InvalidTopup("enter a whole number of toman", reason="topup_malformed") from None
     if not settings.topup_min_toman <= toman <= settings.topup_max_toman:
         raise InvalidTopup(f"a top-up is {settings.topup_min_toman} to {settings.topup_max_toman} toman",
                            reason="topup_range", low_toman=settings.topup_min_toman,
                            high_toman=settings.topup_max_toman)
     return toman
-
-
-_DIGITS = str.maketrans("۰۱۲۳۴۵۶۷۸۹٠١٢٣٤٥٦٧٨٩", "01234567890123456789")
 
 
 def start(client, settings, account_id: str, amount_text, *, driver=None) -> tuple[dict, str]:

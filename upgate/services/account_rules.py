@@ -10,13 +10,13 @@ import uuid
 from dataclasses import dataclass
 
 from upgate.billing import jalali, money
+from upgate.i18n import numbers
 from upgate.errors import Reasoned
 from upgate.services import phones
 from upgate.store import connection as store
 
 PHONE = phones.E164  # the stored form
 MAX_FREE_QUOTA = 1_000_000_000  # requests per day; anything larger is a typo
-_PLAIN_AMOUNT = re.compile(r"^[+-]?[0-9]+(?:\.[0-9]+)?$")
 
 
 # ---- errors -----------------------------------------------------------------------------------
@@ -86,14 +86,18 @@ class InvalidCursor(AccountError):
 # ---- pure helpers -----------------------------------------------------------------------------
 
 def parse_amount(text: str, *, allow_negative: bool = False, what: str = "amount") -> int:
-    """Operator text in toman → integer micro-toman. Only plain decimal notation ("1500",
-    "-20.5", "0.000001"); refuses "abc", "1e3", "nan", "1,000", more than six fractional
-    digits and anything beyond 2^53 micro-toman, with an `InvalidAmount` naming the value."""
-    if not isinstance(text, str) or not _PLAIN_AMOUNT.match(text.strip()):
-        raise InvalidAmount(f"{what} must be a plain decimal number of toman "
-                            f"(like 1500 or 1500.25), got {text!r}", reason="amount_malformed")
+    """Text in toman → integer micro-toman, read by `numbers.plain_number` (ASCII, Persian or
+    Arabic-Indic digits, thousands separators: "1500", "-20.5", "۱٬۵۰۰", "1,000"); refuses
+    "abc", "1e3", "nan", "¹⁰", more than six fractional digits and anything beyond 2^53
+    micro-toman, with an `InvalidAmount` naming the value."""
     try:
-        return money.parse_toman(text.strip(), allow_negative=allow_negative)
+        plain = numbers.plain_number(text, negative=True)
+    except numbers.NumberError:
+        shown = text[:numbers.MAX_NUMBER_CHARS] if isinstance(text, str) else text
+        raise InvalidAmount(f"{what} must be a decimal number of toman "
+                            f"(like 1500 or 1500.25), got {shown!r}", reason="amount_malformed") from None
+    try:
+        return money.parse_toman(plain, allow_negative=allow_negative)
     except money.AmountError as e:
         raise InvalidAmount(f"{what}: {e}", reason="amount_malformed") from None
 
@@ -194,10 +198,11 @@ def parse_free_quota(text) -> int | None:
     stripped = text.strip() if isinstance(text, str) else ""
     if stripped == "default":
         return None
-    if not (stripped.isascii() and stripped.isdigit() and len(stripped) <= 12):
+    try:
+        return check_free_quota(numbers.whole(stripped))
+    except numbers.NumberError:
         raise InvalidQuota(f"free_quota_per_day must be a whole number from 0 to {MAX_FREE_QUOTA} "
-                           f"(or default), got {text!r}", high=MAX_FREE_QUOTA)
-    return check_free_quota(int(stripped))
+                           f"(or default), got {text!r}", high=MAX_FREE_QUOTA) from None
 
 
 def parse_low_balance(text) -> int | None:

@@ -276,10 +276,7 @@ def update(client, account_id: str, *, free_quota=UNSET, low_balance_micro=UNSET
     """Change the daily free quota (None = the deployment default) and/or the low-balance
     threshold (None = no alert) in one atomic write; both are checked before anything is."""
     steps, event = [], None
-    if free_quota is not UNSET:
-        check_free_quota(free_quota)
-    if low_balance_micro not in (UNSET, None):
-        check_low_balance(low_balance_micro)
+    check_update(free_quota=free_quota, low_balance_micro=low_balance_micro)
     acct = _require(client, account_id)
     w = keyspace.wallet(acct)
     for field, value in (("free_quota", free_quota), ("low_balance", low_balance_micro)):
@@ -291,6 +288,14 @@ def update(client, account_id: str, *, free_quota=UNSET, low_balance_micro=UNSET
         event = {"t": "account", "id": acct}  # the auth cache keeps the quota
     if steps:
         atomic_write(client, [lambda p: [s(p) for s in steps]], event=event)
+
+
+def check_update(*, free_quota=UNSET, low_balance_micro=UNSET) -> None:
+    """`update`'s checks alone (a face that makes several changes checks them all first)."""
+    if free_quota is not UNSET:
+        check_free_quota(free_quota)
+    if low_balance_micro not in (UNSET, None):
+        check_low_balance(low_balance_micro)
 
 
 def page(client, *, phone: str | None = None, cursor: str | None = None,

@@ -18,6 +18,7 @@ import orjson
 
 from upgate.billing import jalali, money
 from upgate.catalog import rules as catalog
+from upgate.i18n import numbers
 from upgate.errors import Reasoned
 from upgate.services.account_rules import parse_amount
 from upgate.store import connection as store
@@ -100,11 +101,11 @@ def check_rpm(rpm) -> int:
 
 def parse_rpm(text: str) -> int:
     """Operator text → rpm (1..600)."""
-    stripped = text.strip() if isinstance(text, str) else ""
-    if not re.fullmatch(r"[0-9]{1,6}", stripped):
-        raise InvalidKeySetting(f"rate_limit_rpm must be a whole number from {RPM_MIN} to {RPM_MAX}, got {text!r}",
-                                 reason="rpm_range", low=RPM_MIN, high=RPM_MAX)
-    return check_rpm(int(stripped))
+    try:
+        return check_rpm(numbers.whole(text))
+    except numbers.NumberError:
+        raise InvalidKeySetting(f"rate_limit_rpm must be a whole number from {RPM_MIN} to {RPM_MAX}, "
+                                f"got {text!r}", reason="rpm_range", low=RPM_MIN, high=RPM_MAX) from None
 
 
 def parse_monthly_limit(text: str) -> int:

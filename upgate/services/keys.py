@@ -35,7 +35,6 @@ import orjson
 
 from upgate.billing import jalali, money
 from upgate.catalog import store as catalog_store
-from upgate.i18n import numbers
 from upgate.services import accounts, phones
 from upgate.store import connection as store, keyspace
 from upgate.services.accounts import UnknownAccount, atomic_write
@@ -290,7 +289,7 @@ def form_settings(arg, *, clearing: bool) -> dict:
         return phones.ascii_digits(arg(field) or "").strip()
 
     parsers = {"monthly_limit_toman": ("monthly_limit_micro",  # "۵۰٬۰۰۰" as the page prints it
-                                       lambda t: parse_monthly_limit(numbers.plain_amount(t))),
+                                       parse_monthly_limit),
                "allowed_models": ("allowed_models", parse_models),
                "expires_at": ("expires_at_ms", parse_form_expiry)}
     out: dict = {}

@@ -133,7 +133,7 @@ def issue(client, secret: bytes, phone: str, address: str, signup_open: bool) ->
     status, wait = store.script("signin_issue").call_sync(
         client, [keyspace.signin_code(phone), keyspace.signin_sent(phone)],
         [digest(secret, phone, code) if real else NEVER, CODE_LIFE_S * 1000, RESEND_GAP_S * 1000,
-         PER_PHONE_HOUR, HOUR_MS, 0])
+         PER_PHONE_HOUR, HOUR_MS, 0, secrets.token_hex(8)])
     if int(status) == 1:
         raise TooSoon(wait_s=_seconds(wait))
     if int(status) == 2:

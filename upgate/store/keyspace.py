@@ -98,6 +98,10 @@ def keyhash(digest: str) -> str:
 
 
 ACCOUNTS = "accounts"  # set of all account ids (operator listing)
+# hash: the data migrations applied (upgate/migrations/): `version`, `<n>:at` (when step n was
+# done), `<n>:after` (the last account id step n has done: where an interrupted run goes on)
+MIGRATIONS = "{upgate}:migrations"
+MIGRATE_LOCK = "{upgate}:migrate_lock"  # string with a TTL: the one `migrate` running now
 # sorted set: every account id scored by its created_at (unix s): the newest-first listing. Its
 # tag puts it in the slot of ACCOUNTS, so one MULTI lists an account in both
 ACCOUNTS_BY_TIME = "{accounts}:created"
@@ -332,6 +336,12 @@ def phone_owner(phone: str) -> str:
     """String: the id of the one account with this canonical phone, or "*" when the phone is
     shared by several accounts (found by `audit`; nobody signs in with it until resolved)."""
     return phone_tag(phone) + ":account"
+
+
+def phone_shared(phone: str) -> str:
+    """Set: the accounts sharing a phone marked "*" in `phone_owner` (written by the phone
+    migration; a phone change that takes one of them away gives the phone back to the last)."""
+    return phone_tag(phone) + ":shared"
 
 
 def signin_code(phone: str) -> str:

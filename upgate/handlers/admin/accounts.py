@@ -1,7 +1,7 @@
 """/admin/v1/accounts: create, list (cursor pages, ?phone=), get, patch, suspend, resume."""
 from __future__ import annotations
 
-from upgate.services import accounts, transactions
+from upgate.services import accounts, phone_change, transactions
 from upgate.errors import GatewayError
 from upgate.handlers.admin.base import AdminHandler, field
 from upgate.handlers.admin.spec import AMOUNT_IN, Op, nullable, obj, ref
@@ -49,25 +49,41 @@ class AccountHandler(_Base):
     OPS = {
         "get": Op("One account: wallet (balance, held, available), status, quota, low-balance alert.",
                   ref("Account")),
-        "patch": Op("Change the daily free quota (null = the default) and the low-balance alert (null = none).",
+        "patch": Op("Change the daily free quota (null = the default), the low-balance alert (null = none) "
+                    "and/or the phone (canonical and unique: 409 phone_in_use; written to the audit log "
+                    "with the old one).",
                     ref("Account"),
                     body=obj({"free_quota_per_day": nullable({"type": "integer", "minimum": 0}),
-                              "low_balance_toman": nullable(AMOUNT_IN)}, required=[])),
+                              "low_balance_toman": nullable(AMOUNT_IN), "phone": {"type": "string"}},
+                             required=[])),
     }
 
     async def get(self, account_id: str) -> None:
         self.write_json(await self.call(accounts.get, account_id, self.quota))
 
     async def patch(self, account_id: str) -> None:
-        body = self.json_body(("free_quota_per_day", "low_balance_toman"))
+        body = self.json_body(("free_quota_per_day", "low_balance_toman", "phone"))
+        phone = body.get("phone")
+        if phone is not None and not isinstance(phone, str):
+            raise GatewayError("invalid_request", "phone must be text.", param="phone")
         changes = {}
         if "free_quota_per_day" in body:
             changes["free_quota"] = body["free_quota_per_day"]
         if "low_balance_toman" in body:
             changes["low_balance_micro"] = self.amount(body, "low_balance_toman")
-        if not changes:
-            raise GatewayError("invalid_request", "Nothing to change: give free_quota_per_day or low_balance_toman.")
-        self.write_json(await self.call(accounts.patch, account_id, self.quota, **changes))
+        if not changes and phone is None:
+            raise GatewayError("invalid_request",
+                               "Nothing to change: give free_quota_per_day, low_balance_toman or phone.")
+        if changes:  # checked first: a refused setting changes nothing, the phone included
+            accounts.check_update(**changes)
+        if phone is not None:  # the phone change records itself in the audit log, with the old phone
+            self.log_detail.pop("phone", None)
+            await self.call(phone_change.set_phone, account_id, phone, actor=self.actor)
+            self.unlogged = not changes
+        if changes:
+            self.write_json(await self.call(accounts.patch, account_id, self.quota, **changes))
+        else:
+            self.write_json(await self.call(accounts.get, account_id, self.quota))
 
 
 class SuspendHandler(_Base):
