@@ -128,7 +128,7 @@ def _value(name: str, value, lang: str) -> str:
         return dates.month_name(str(value), lang)
     if isinstance(value, int) and not isinstance(value, bool):
         return numbers.count(value, lang)
-    return str(value)
+    return "\u2068" + str(value) + "\u2069"  # what the person typed, isolated: a Latin id inside Persian
 
 
 def render(reason: str, params: dict, lang: str, translate=None) -> str:
