@@ -387,3 +387,33 @@ def test_form_settings_take_persian_digits_and_a_jalali_expiry():
         with pytest.raises(keys.InvalidKeySetting) as e:
             keys.form_settings(lambda f: {field: bad}.get(f, ""), clearing=False)
         assert e.value.field == field
+
+
+def test_allowed_models_against_the_catalog_in_force(client):
+    """keys.catalog_models, the one rule every face uses: ids and aliases (an alias becomes its
+    model's id; a glob-shaped alias matches as a pattern) are known, anything else is named;
+    no catalog loaded yet, nothing is unknown. check_catalog refuses (the customer's dashboard)."""
+    from dataclasses import replace
+
+    from upgate.catalog import rules, store as catalog_store
+
+    assert keys.catalog_models(client, ["acme/anything"]) == (["acme/anything"], [])  # no catalog yet
+    m, = rules.parse('[[models]]\nid = "anthropic/claude-sonnet-4.5"\nprovider = "p"\n'
+                     'prompt_toman_per_million = "1"\ncompletion_toman_per_million = "2"\n'
+                     'aliases = ["claude-sonnet-4-5"]\n', {"p"})
+    pattern = replace(m, id="anthropic/claude-haiku-4.5", aliases=("claude-haiku-4-5-*",))
+    catalog_store.store(client, [m, pattern])
+    assert keys.catalog_models(client, ["claude-sonnet-4-5", "anthropic/claude-sonnet-4.5",
+                                        "claude-haiku-4-5-20251001", "openai/gpt-9"]) == (
+        ["anthropic/claude-sonnet-4.5", "anthropic/claude-haiku-4.5", "openai/gpt-9"], ["openai/gpt-9"])
+    with pytest.raises(keys.InvalidKeySetting) as e:
+        keys.check_catalog(client, ["openai/gpt-9"])
+    assert (e.value.reason, e.value.field, e.value.params["model"]) == ("model_unknown", "allowed_models", "openai/gpt-9")
+    assert keys.check_catalog(client, ["claude-sonnet-4-5"]) == ["anthropic/claude-sonnet-4.5"]
+    # the customer's form: an alias typed there is its model's id, an unknown name is refused
+    form = {"allowed_models": "claude-sonnet-4-5, anthropic/claude-haiku-4.5", "rate_limit_rpm": "۶۰"}
+    assert keys.customer_form_settings(client, form, clearing=False) == {
+        "allowed_models": ["anthropic/claude-sonnet-4.5", "anthropic/claude-haiku-4.5"], "rpm": 60}
+    with pytest.raises(keys.InvalidKeySetting) as e:
+        keys.customer_form_settings(client, {"allowed_models": "Bad Id"}, clearing=False)
+    assert e.value.reason == "model_unknown" and e.value.field == "allowed_models"

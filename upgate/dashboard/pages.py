@@ -112,11 +112,11 @@ class KeysHandler(Page):
         lead = _("{field} was not accepted.").format(field=label) if label else _("Not saved:")
         return lead + "\n" + self.said(e)
 
-    async def checked(self, settings: dict) -> dict:
-        """A customer names only models the catalog offers (an alias becomes its model's id)."""
-        if settings.get("allowed_models"):
-            settings["allowed_models"] = await self.call(keys.check_catalog, settings["allowed_models"])
-        return settings
+    async def form(self, *, clearing: bool) -> dict:
+        """The key form's settings; a customer names only models the catalog offers (an alias
+        becomes its model's id)."""
+        fields = {f: self.arg(f) for f in keys.FORM_FIELDS}
+        return await self.call(keys.customer_form_settings, fields, clearing=clearing)
 
     def base_url(self) -> str:
         """The /v1 address the customer's code should call: UPGATE_PUBLIC_URL, else this host."""
@@ -127,7 +127,7 @@ class KeysHandler(Page):
 
     async def submit(self) -> None:
         try:
-            settings = await self.checked(keys.form_settings(self.arg, clearing=False))
+            settings = await self.form(clearing=False)
             full, key_id, prefix = await self.call(keys.create_key, self.ctx.settings.key_pepper,
                                                    self.account_id, **settings)
         except ValueError as e:
@@ -146,7 +146,7 @@ class KeyFormHandler(KeysHandler):
 class KeyUpdateHandler(KeyFormHandler):
     async def submit(self, key_id: str) -> None:
         try:
-            settings = await self.checked(keys.form_settings(self.arg, clearing=True))
+            settings = await self.form(clearing=True)
             await self.call(keys.update_key, key_id, account_id=self.account_id, **settings)
         except keys.UnknownKey:  # another account's key: the same 404 as a missing one
             raise tornado.web.HTTPError(404) from None

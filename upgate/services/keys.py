@@ -311,6 +311,19 @@ def form_settings(arg, *, clearing: bool) -> dict:
     return out
 
 
+FORM_FIELDS = ("name", "rate_limit_rpm", "monthly_limit_toman", "allowed_models", "expires_at")
+
+
+def customer_form_settings(client, fields: dict[str, str], *, clearing: bool) -> dict:
+    """`form_settings` for an account holder's form: the allowed models must be ones the catalog
+    offers, and an alias (a name an agent sends, exact or a pattern) is taken as its model's id
+    before the ids' shape is checked (`check_catalog`)."""
+    names = [p.strip() for p in (fields.get("allowed_models") or "").split(",") if p.strip()]
+    if names:
+        fields = {**fields, "allowed_models": ", ".join(check_catalog(client, names))}
+    return form_settings(lambda f: fields.get(f, ""), clearing=clearing)
+
+
 def key_object(v: dict) -> dict:
     """THE key object (OPERATORS.md), from a key view: what the management API, the console
     and `upgate-admin key … --json` all show. Amounts as toman strings, times ISO 8601 UTC;
