@@ -52,6 +52,11 @@ class Context:
         self._tasks: list[asyncio.Task] = []
         self.webhooks = None  # the delivery engine, when UPGATE_WEBHOOK_URL and _SECRET are set
         self.signin = _signin(settings)  # the dashboard's sign-in by SMS code
+        from upgate.alerts import low_balance
+
+        # the customer's low-balance SMS, once per crossing that a settlement reports
+        self.alerts = low_balance.build(settings, self.redis)
+        self.ledger.on_low_balance = self.alerts.fire
 
     async def start(self) -> None:
         if self.settings.sms == "log":
@@ -97,6 +102,7 @@ class Context:
             await self.webhooks.stop()
             await self.webhooks.client.aclose()
             self.webhooks = None
+        await self.alerts.close()
         if self.access_log is not None:
             self.access_log.close()
         self.admin.close()

@@ -38,7 +38,7 @@ WORDS = """() => {
   const out = [], walk = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
   while (walk.nextNode()) {
     const n = walk.currentNode, el = n.parentElement;
-    if (!n.textContent.trim() || el.closest('[dir=ltr], code, pre, script, style, textarea, svg, .skip')) continue;
+    if (!n.textContent.trim() || el.closest('[dir=ltr], code, pre, script, style, textarea, select, svg, .skip')) continue;
     const cs = getComputedStyle(el);
     if (cs.display === 'none' || cs.visibility === 'hidden') continue;
     out.push(n.textContent.trim());

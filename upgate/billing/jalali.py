@@ -101,3 +101,9 @@ def this_month(ts: float | None = None) -> tuple[jdatetime.date, jdatetime.date]
 
 def utc_iso(ts: float) -> str:
     return datetime.fromtimestamp(ts, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def day_start_ms(day: jdatetime.date, after: int = 0) -> int:
+    """Unix ms at which the Tehran day `after` days past Jalali `day` begins (after=1: the end
+    of `day`, which is what a date typed as an upper bound means)."""
+    return int(_day_start(day.togregorian() + timedelta(days=after)) * 1000)

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import tornado.web
 
-from upgate.console import charts
+from upgate.dashboard import account_pages, data, pricing, receipts, request_pages, signin_pages, sparkline, topup
+from upgate.dashboard.page import Page
+from upgate.dashboard.base import PREFIX, STATIC, Refused, StaticHandler
 from upgate.i18n import dates, numbers
-from upgate.dashboard import data, signin_pages, topup
-from upgate.dashboard.base import PREFIX, STATIC, DashboardHandler, Refused, StaticHandler
-from upgate.services import csv_safe, keys, records, statements
+from upgate.services import csv_safe, keys, statements
 
 _ID = r"([^/]+)"
 
@@ -27,40 +27,15 @@ def routes(ctx) -> list:
         (PREFIX + r"/keys/" + _ID + r"/update", KeyUpdateHandler, d),
         (PREFIX + r"/keys/" + _ID + r"/revoke", KeyRevokeHandler, d),
         (PREFIX + r"/usage", UsageHandler, d),
-        (PREFIX + r"/requests", RequestsHandler, d),
+        (PREFIX + r"/requests", request_pages.RequestsHandler, d),
         (PREFIX + r"/billing", BillingHandler, d),
         (PREFIX + r"/billing/statement\.csv", StatementCsvHandler, d),
         *topup.routes(d),
+        *pricing.routes(d),
+        *receipts.routes(d),
+        *account_pages.routes(d),
         (PREFIX + r"/static/(.*)", StaticHandler, {"path": STATIC}),
     ]
-
-
-class Page(DashboardHandler):
-    def kind_words(self) -> dict[str, str]:
-        _ = self.locale.translate
-        return {"opening": _("opening balance"), "topup": _("top-up"), "adjustment": _("adjustment")}
-
-    def note(self, txn: dict, refs: dict[str, str]) -> str:
-        """A transaction's note as its reader says it: a payment by its bank reference in the
-        page's language (the gateway's own note is the operator's); an operator's note as written."""
-        if txn.get("id") in refs:
-            ref = refs[txn["id"]]
-            return self.locale.translate("Paid online, bank reference {ref}").format(
-                ref=numbers.localize(ref, self.lang)) if ref else self.locale.translate("Paid online")
-        return txn.get("note") or ""
-
-    def month(self) -> str:
-        try:
-            return data.check_month(self.get_query_argument("month", None))
-        except statements.InvalidMonth:
-            raise Refused(400, self.locale.translate("That month is not one the dashboard can show.")) from None
-
-    def chart(self, days: list[dict], metric: str, title: str, fmt) -> str:
-        f = self.get_template_namespace()["fmt"]
-        return charts.bars([f.day(d["day"]) for d in days], [d[metric] for d in days], title, fmt,
-                           tips=[f.when_day(d["day"]) for d in days],
-                           empty=self.locale.translate("No data in this period"), digits=f.digits,
-                           whole=metric == "requests")
 
 
 class HomeHandler(Page):
@@ -88,11 +63,19 @@ class KeysHandler(Page):
 
     async def show(self, *, message: str | None = None, form: str | None = None, target: str | None = None,
                    new_key: dict | None = None, status: int = 200) -> None:
-        listed = await self.call(data.key_list, self.account_id)
+        listed, figures = await self.call(data.key_list, self.account_id)
         typed = {k: self.get_body_argument(k, "") for k in self.request.body_arguments} if form else {}
         self.set_status(status)
         self.render("keys.html", keys=listed, message=message, form=form, target=target, typed=typed,
-                    new_key=new_key, base_url=self.base_url(), model=self.example_model(new_key, listed))
+                    new_key=new_key, base_url=self.base_url(), model=self.example_model(new_key, listed),
+                    figures=figures, spark=self.spark)
+
+    def spark(self, fig: dict) -> str:
+        """The key's 30-day sparkline, labelled with what it spent in those days."""
+        f = self.get_template_namespace()["fmt"]
+        label = self.locale.translate("Cost in the last 30 days: {amount} toman").format(
+            amount=f.micro(sum(fig["daily_cost_micro"])))
+        return sparkline.svg(fig["daily_cost_micro"], label)
 
     def example_model(self, new_key: dict | None, listed: list[dict]) -> str:
         """A model the new key may call, for its ready curl and Python lines."""
@@ -162,8 +145,8 @@ class KeyRevokeHandler(KeyFormHandler):
 
     async def submit(self, key_id: str) -> None:
         if self.arg("confirmed") != "1":
-            mine = next((k for k in await self.call(data.key_list, self.account_id)
-                         if k["key_id"] == key_id and k["state"] != "revoked"), None)
+            listed, _figures = await self.call(data.key_list, self.account_id)
+            mine = next((k for k in listed if k["key_id"] == key_id and k["state"] != "revoked"), None)
             if mine is None:  # another account's key, or none: the same 404
                 raise tornado.web.HTTPError(404)
             self.render("confirm_revoke.html", key=mine)
@@ -181,27 +164,13 @@ class UsageHandler(Page):
     nav = "usage"
 
     async def get(self) -> None:
+        if self.get_query_argument("format", "") == "csv":
+            return await request_pages.usage_csv(self)
         page = await self.call(data.usage_page, self.account_id, self.month())
         _ = self.locale.translate
         f = self.get_template_namespace()["fmt"]
         self.render("usage.html", **page, months=data.months_back(),
                     cost_chart=self.chart(page["days"], "cost_toman", _("Cost per day (toman)"), f.toman))
-
-
-class RequestsHandler(Page):
-    nav = "requests"
-
-    async def get(self) -> None:
-        rid = self.get_query_argument("id", "").strip()
-        found, missing = None, False
-        if rid:
-            try:
-                found = await self.call(records.find_own, self.account_id, rid)
-            except records.UnknownRequest:  # another account's id too: the same answer
-                missing = True
-                self.set_status(404)
-        recent = await self.call(data.requests_page, self.account_id)
-        self.render("requests.html", rid=rid, found=found, missing=missing, recent=recent)
 
 
 class BillingHandler(Page):

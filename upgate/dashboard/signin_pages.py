@@ -46,7 +46,8 @@ class VerifyHandler(SignInPage):
             self.set_status(400)
             self.render("code.html", next=target, phone=self.arg("phone"), error=self.refusal(e))
             return
-        self.start_session(await self.call(dash_sessions.open_session, account_id, phone))
+        self.start_session(await self.call(dash_sessions.open_session, account_id, phone, self.address(),
+                                           self.request.headers.get("User-Agent", "")))
         self.redirect(target, status=303)
 
 

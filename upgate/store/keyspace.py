@@ -364,3 +364,15 @@ def dash_session(session_hash: str) -> str:
     """Hash, with a TTL: one account holder's dashboard session (account_id, phone, created_at),
     named by the SHA-256 of its random id, so the store never holds a usable cookie."""
     return "dash:session:" + session_hash
+
+
+def dash_sessions_of(account_id: str) -> str:
+    """Sorted set: the SHA-256 names of an account's dashboard sessions, scored by when each
+    began (unix seconds): the sessions page's list and "sign out everywhere"."""
+    return tag(account_id) + ":dash_sessions"
+
+
+def alert_sent(phone: str) -> str:
+    """Sorted set: when each low-balance SMS of the last hour went to this phone (ms): the same
+    hourly cap as sign-in codes, on a log of its own (upgate/alerts/low_balance.py)."""
+    return phone_tag(phone) + ":alert_sent"

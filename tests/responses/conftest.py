@@ -1,0 +1,44 @@
+"""A gateway node with the Responses API on (UPGATE_RESPONSES=on), the mock on both dialects and
+the Messages suite's catalog (tests/anthropic/conftest.py), and one with it off."""
+from __future__ import annotations
+
+import openai
+import pytest
+
+from tests.anthropic.conftest import EXTRA
+from tests.gateway import CATALOG, Node, seed, test_settings
+from upgate.catalog import rules as catalog, store as catalog_store
+from upgate.store import connection as store
+from upgate.upstream.providers import Provider
+
+
+def _node(redis_url, mock, on: bool) -> Node:
+    catalog_store.store(store.connect_sync(redis_url),
+                        catalog.parse(CATALOG.read_text() + EXTRA, {"mock", "dead", "claude"}))
+    providers = {"mock": mock.provider(), "claude": mock.provider("claude", dialect="anthropic"),
+                 "dead": Provider(name="dead", base_url="http://127.0.0.1:9/v1", api_key="x",
+                                  dialect="openai", available=True)}
+    return Node(test_settings(redis_url, responses=on), providers)
+
+
+@pytest.fixture
+def resp_node(redis_url, mock):
+    node = _node(redis_url, mock, True)
+    yield node
+    node.close()
+
+
+@pytest.fixture
+def off_node(redis_url, mock):
+    node = _node(redis_url, mock, False)
+    yield node
+    node.close()
+
+
+@pytest.fixture
+def funded(redis_url):
+    return seed(redis_url, balance="100000")
+
+
+def client(node, key, **kw) -> openai.OpenAI:
+    return openai.OpenAI(base_url=node.base, api_key=key, max_retries=0, **kw)
