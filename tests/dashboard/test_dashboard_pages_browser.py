@@ -251,6 +251,8 @@ def test_sign_in_says_how_many_tries_are_left(browser, node, redis_url, lang, wi
             page.locator("form[action='/dashboard/login'] button").click()
             page.locator("#code").wait_for()
             code = sms.code_for("+98" + phone[1:])
+        sent_to = page.locator(".sent-to").inner_text()
+        assert sent_to == ("+98" + phone[1:]).translate(str.maketrans("0123456789", "۰۱۲۳۴۵۶۷۸۹") if lang == "fa" else {})
         wrong = f"{(int(code) + 1) % 10 ** 6:06d}"
         for left in (4, 3):
             page.locator("#code").fill(wrong)
