@@ -49,6 +49,11 @@ def test_a_402_is_found_by_its_id_by_the_operator_and_its_own_customer_only(node
     with pytest.raises(records.UnknownRequest):
         records.find_own(client, other_account, rid)
     assert records.list_requests(client, account_id)[0]["request_id"] == rid
+    from tests.console_kit import admin_token
+
+    api = httpx.get(f"{node.url}/admin/v1/requests/{rid}", timeout=30,
+                    headers={"Authorization": f"Bearer {admin_token(redis_url)}"})  # the operator's lookup
+    assert api.status_code == 200 and api.json()["code"] == "insufficient_balance" and api.json()["refused"] is True
 
 
 def test_a_refusal_before_admit_names_the_model_asked_for(node, redis_url, mock):
