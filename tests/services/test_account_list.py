@@ -10,7 +10,7 @@ import pytest
 
 from tests.services.test_accounts import client  # noqa: F401  (fixture)
 from upgate.billing import jalali, request_record
-from upgate.services import account_list, accounts, keys
+from upgate.services import account_list, accounts, keys, records
 from upgate.store import keyspace
 
 PEPPER = "test-pepper"
@@ -90,8 +90,7 @@ def test_ids_key_prefix_and_request_id(client):
     assert account_list.browse(client, q=prefix + "…" + full[-4:])["data"][0]["account_id"] == ids[0]
     now_ms = int(time.time() * 1000)
     rid = "req_" + "ab" * 12
-    client.hset(keyspace.REQ_INDEX + str(now_ms // request_record.DAY_MS), rid, f"{ids[2]}|{now_ms}")
-    client.zadd(keyspace.requests(ids[2]), {request_record.encode(request_record.new(request_id=rid), now_ms): now_ms})
+    assert records.keep(client, ids[2], request_record.new(request_id=rid), now_ms=now_ms)
     page = account_list.browse(client, q="req_" + "ab" * 12)
     assert page["matched"] == "request" and [v["account_id"] for v in page["data"]] == [ids[2]]
     assert account_list.browse(client, q="req_" + "cd" * 12)["data"] == []

@@ -117,6 +117,7 @@ class Ledger(Reaper, Journal, Cooldowns):
         self._release = store.script("release")
         self._renew = store.script("renew")
         self._reap = store.script("reap")
+        self._record_keep = store.script("record_keep")
         self._cooldown = store.script("cooldown")
         self._rate_peek = store.script("rate_peek")
         self._reap_scan = store.script("reap_scan")
@@ -234,8 +235,18 @@ class Ledger(Reaper, Journal, Cooldowns):
         if not record:
             return ("", "", account_id, prefix, 0, keep_ms, s.request_log_max)
         now_ms = int(now_ms or self.now() * 1000)
-        return (request_record.encode(record, now_ms), record["request_id"], account_id, prefix, now_ms,
-                keep_ms, s.request_log_max)
+        return (request_record.encode(record, now_ms), request_record.rid_key(record["request_id"]),
+                request_record.acct_key(account_id), prefix, now_ms, keep_ms, s.request_log_max)
+
+    async def keep_record(self, account_id: str, record: dict) -> bool:
+        """Keep the record of a request no hold closes (refused at its admission, say) in the
+        packed form, index and retention settle uses (lua/record_keep.lua). False: no such
+        account. A store failure is the caller's (a record is not money: nothing to journal)."""
+        s = self.settings
+        keys, args = request_record.keep_call(account_id, record, int(self.now() * 1000),
+                                              keep_days=s.request_log_days, keep_max=s.request_log_max,
+                                              sharded=self.sharded)
+        return int(await self._record_keep(self.client, keys, args)) == 1
 
     async def settle(self, account_id: str, hold_id: str, *, key_id: str, model: str, cost_micro: int,
                      prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0,

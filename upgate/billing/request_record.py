@@ -1,20 +1,48 @@
-"""A request record's shape and its stored form: what settle.lua / release.lua write for every
-admitted billable request (no content, ever). The billing path builds one per request
-(``new``, ``encode``); upgate/services/records.py reads them back for the operator's faces."""
+"""A request record's shape and its stored form: what settle.lua / release.lua / reap.lua write
+for every admitted billable request (no content, ever), and what a refused request leaves. The
+billing path builds one per request (``new``, ``encode``); upgate/services/records.py reads them
+back for the operator's and the customer's faces (``decode``). Nothing else knows the bytes.
+
+The stored form (one element of the account's records list, lua/_lib.lua keep_record) is packed
+so that a million records take ~120 MiB of Redis with their index, not ~410 (docs/money.md):
+
+    byte 0      0x40 | 0x20 when the id is the gateway's own "req_" + 24 hex
+                     | 0x80 when the key id is 16 hex (keys.create_key's) | the index width
+    id          12 bytes (the hex, packed), or 1 length byte + the id's text
+    key id      8 bytes (the hex, packed) when 0x80, else in the text
+    time        6 bytes, Unix ms, big-endian
+    the rest    text fields joined by 0x1F (encode's order); "" is null (or 0 for counts and
+                amounts; 200 for the status, whose null is "-"), a key prefix without its "sk-up-",
+                an answered model equal to the asked one "=", a provider that is the model's
+                first part ("openai" of "openai/gpt-4o") "/"
+
+Records written before this form are compact JSON arrays (FIELDS order, first byte "["):
+``decode`` reads both, so nothing needs migrating; they leave with the retention.
+"""
 from __future__ import annotations
+
+import re
+import uuid
+from functools import lru_cache
 
 import orjson
 
 from upgate.billing import jalali, money
+from upgate.store import keyspace
 
-# the stored array's order (account id and formatting are added when read)
+# the JSON form's array order (records written before the packed form)
 FIELDS = ("request_id", "time", "key_id", "key_prefix", "model", "answered_model", "provider",
           "stream", "status", "code", "prompt_tokens", "completion_tokens", "cached_tokens",
           "hold_toman", "cost_toman", "ttfb_ms", "duration_ms")
 PUBLIC = ("request_id", "time", "account_id", "key_id", "key_prefix", "model", "answered_model",
           "provider", "stream", "status", "code", "prompt_tokens", "completion_tokens",
           "cached_tokens", "hold_toman", "cost_toman", "ttfb_ms", "duration_ms")
-DAY_MS = 86_400_000  # the request index has one hash per UTC day (lua/_lib.lua keep_record)
+DAY_MS = 86_400_000  # the request index has hashes per UTC day (lua/_lib.lua keep_record)
+
+SEP = "\x1f"
+KEY_PREFIX = "sk-up-"  # every key's prefix starts so (upgate/services/keys.py): stored without it
+_OWN_ID = re.compile(r"req_[0-9a-f]{24}")  # upgate/handlers/base.py's ids: packed to 12 bytes
+_KEY_ID = re.compile(r"[0-9a-f]{16}")  # upgate/services/keys.py's key ids: packed to 8 bytes
 
 
 # the handler's form (upgate/handlers/proxy.py builds it): amounts in micro-toman
@@ -32,22 +60,121 @@ def new(**fields) -> dict:
     return {**_BLANK, **fields}
 
 
-def encode(record: dict, now_ms: int) -> str:
+def rid_key(request_id: str) -> bytes:
+    """The id as the index and the record store it (lua/_lib.lua rid_key does the same)."""
+    if len(request_id) == 28 and _OWN_ID.fullmatch(request_id):
+        return bytes.fromhex(request_id[4:])
+    return request_id.encode()[:255]
+
+
+@lru_cache(maxsize=8192)
+def acct_key(account_id: str) -> bytes:
+    """The account id as the index stores it: a UUID's 16 bytes (lua/_lib.lua acct_key)."""
+    try:
+        u = uuid.UUID(account_id)
+    except ValueError:
+        return account_id.encode()
+    return u.bytes if str(u) == account_id else account_id.encode()
+
+
+def account_of(key: bytes) -> str:
+    return str(uuid.UUID(bytes=key)) if len(key) == 16 else key.decode()
+
+
+def _s(x) -> str:
+    if not x:
+        return ""
+    return x if SEP not in x else x.replace(SEP, "?")
+
+
+def encode(record: dict, now_ms: int) -> bytes:
     """The handler's record (amounts in micro-toman as `hold_micro`/`cost_micro`) → the stored
-    compact array, with the time `now_ms`. (Per request, on the hot path: plain indexing.)"""
+    form, with the time `now_ms` (index width 0: keep_record sets it). Per request, on the hot path."""
     r = record
-    return orjson.dumps([
-        r["request_id"], int(now_ms), r["key_id"], r["key_prefix"], r["model"], r["answered_model"],
-        r["provider"], 1 if r["stream"] else 0, r["status"], r["code"], r["prompt_tokens"],
-        r["completion_tokens"], r["cached_tokens"], r["hold_micro"], r["cost_micro"], r["ttfb_ms"],
-        r["duration_ms"]]).decode()
+    rid, key_id = r["request_id"] or "", r["key_id"]
+    if len(rid) == 28 and _OWN_ID.fullmatch(rid):
+        head = b"\x60" + bytes.fromhex(rid[4:])
+    else:
+        raw = rid.encode()[:255]
+        head = b"\x40" + bytes((len(raw),)) + raw
+    if key_id and len(key_id) == 16 and _KEY_ID.fullmatch(key_id):
+        head = bytes((head[0] | 0x80,)) + head[1:] + bytes.fromhex(key_id)
+        key_id = ""
+    prefix, model, answered, provider = r["key_prefix"], r["model"], r["answered_model"], r["provider"]
+    if prefix and prefix.startswith(KEY_PREFIX) and prefix[6:7] not in ("", "="):
+        prefix = prefix[6:]
+    elif prefix:
+        prefix = "=" + prefix
+    if provider and model and model.startswith(provider) and model[len(provider):len(provider) + 1] == "/":
+        provider = "/"
+    status, ttfb, duration = r["status"], r["ttfb_ms"], r["duration_ms"]
+    body = SEP.join((
+        _s(key_id), _s(prefix), _s(model),
+        "=" if answered is not None and answered == model else _s(answered), _s(provider),
+        "1" if r["stream"] else "", "-" if status is None else "" if status == 200 else str(status),
+        _s(r["code"]), str(r["prompt_tokens"] or ""), str(r["completion_tokens"] or ""),
+        str(r["cached_tokens"] or ""), str(r["hold_micro"] or ""), str(r["cost_micro"] or ""),
+        "" if ttfb is None else str(ttfb), "" if duration is None else str(duration)))
+    return head + int(now_ms).to_bytes(6, "big") + body.encode()
+
+
+def _int(x: str):
+    return int(x) if x else None
+
+
+def _unpack(raw: bytes) -> tuple[str, str, int, list[str]]:
+    """(request id, key id or "", time ms, body fields) of a stored record in the packed form."""
+    if raw[0] & 0x20:
+        rid, p = "req_" + raw[1:13].hex(), 13
+    else:
+        n = raw[1]
+        rid, p = raw[2:2 + n].decode(), 2 + n
+    key_id = ""
+    if raw[0] & 0x80:
+        key_id, p = raw[p:p + 8].hex(), p + 8
+    return rid, key_id, int.from_bytes(raw[p:p + 6], "big"), raw[p + 6:].decode().split(SEP)
+
+
+def request_id_of(raw) -> str:
+    """The request id of a stored record, in either form."""
+    raw = raw if isinstance(raw, bytes) else raw.encode()
+    return orjson.loads(raw)[0] if raw[:1] == b"[" else _unpack(raw)[0]
 
 
 def decode(account_id: str, raw) -> dict:
-    values = dict(zip(FIELDS, orjson.loads(raw)))
-    values["account_id"] = account_id
-    values["time"] = jalali.utc_iso(values["time"] / 1000)
-    values["stream"] = bool(values["stream"])
-    values["hold_toman"] = money.fmt(values["hold_toman"])
-    values["cost_toman"] = money.fmt(values["cost_toman"])
-    return {k: values.get(k) for k in PUBLIC}
+    """A stored record (either form) as the faces show it: PUBLIC's fields, amounts in toman."""
+    raw = raw if isinstance(raw, bytes) else raw.encode()
+    if raw[:1] == b"[":
+        values = dict(zip(FIELDS, orjson.loads(raw)))
+        values["account_id"] = account_id
+        values["time"] = jalali.utc_iso(values["time"] / 1000)
+        values["stream"] = bool(values["stream"])
+        values["hold_toman"] = money.fmt(values["hold_toman"])
+        values["cost_toman"] = money.fmt(values["cost_toman"])
+        return {k: values.get(k) for k in PUBLIC}
+    rid, packed_key, t, f = _unpack(raw)
+    (key_id, prefix, model, answered, provider, stream, status, code, prompt, completion, cached,
+     hold, cost, ttfb, duration) = f
+    if prefix:
+        prefix = prefix[1:] if prefix[0] == "=" else KEY_PREFIX + prefix
+    if provider == "/":
+        provider = model.split("/", 1)[0]
+    return {"request_id": rid, "time": jalali.utc_iso(t / 1000), "account_id": account_id,
+            "key_id": packed_key or key_id or None, "key_prefix": prefix or None, "model": model or None,
+            "answered_model": (model or None) if answered == "=" else (answered or None),
+            "provider": provider or None, "stream": stream == "1",
+            "status": None if status == "-" else int(status) if status else 200,
+            "code": code or None, "prompt_tokens": int(prompt or 0),
+            "completion_tokens": int(completion or 0), "cached_tokens": int(cached or 0),
+            "hold_toman": money.fmt(int(hold or 0)), "cost_toman": money.fmt(int(cost or 0)),
+            "ttfb_ms": _int(ttfb), "duration_ms": _int(duration)}
+
+
+def keep_call(account_id: str, record: dict, now_ms: int, *, keep_days: int, keep_max: int,
+              sharded: bool = False) -> tuple[tuple, tuple]:
+    """(KEYS, ARGV) of lua/record_keep.lua: keep `record` (the handler's form) for a request that
+    no hold closes, e.g. one refused at admission. Run it through the store's `record_keep`
+    script (``Ledger.keep_record``, or ``services.records.keep`` off the hot path)."""
+    return ((keyspace.wallet(account_id), keyspace.requests(account_id)),
+            (encode(record, now_ms), rid_key(record["request_id"] or ""), acct_key(account_id),
+             keyspace.request_index_prefix(account_id, sharded), int(now_ms), keep_days * DAY_MS, keep_max))
