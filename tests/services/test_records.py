@@ -299,3 +299,30 @@ def test_request_show_looks_back_as_far_as_any_node_keeps_records(make_node, red
     make_node(request_log_days=3)  # a node keeping less never shortens the lookback
     time.sleep(0.5)
     assert sync.zscore(keyspace.REQUEST_LOG_DAYS, "days") == 30
+
+
+def test_a_reaped_record_of_a_gateway_id_is_found_and_replaced_in_place(redis_url):
+    """reap.lua packs the id and the account as request_record does (lua/_lib.lua rid_key,
+    acct_key): the reaper's record is found by the id, and a late settlement replaces it where
+    it stands (the list keeps one record for the request)."""
+    sync = store.connect_sync(redis_url)
+    seed_account(sync, ACCT)
+    seed_key(sync, ACCT, KEY)
+    now = int(time.time() * 1000)
+    rid = "req_" + secrets.token_hex(12)
+
+    async def body(L):
+        adm = await L.admit(account_id=ACCT, key_id=KEY, model="acme/chat-1", hold_micro=TOMAN, stream=False,
+                            free=False, request_id=rid, now_ms=now)
+        await _one_with_record(L, 7, 1000)  # a record after it
+        assert await L.reap(now_ms=now + 31_000) == 1
+        assert records.find(sync, rid)["code"] == "reaped"
+        rec = records.new(request_id=rid, key_id=KEY, model="acme/chat-1", status=200, hold_micro=TOMAN,
+                          cost_micro=555)
+        assert await L.settle(ACCT, adm.hold_id, key_id=KEY, model="acme/chat-1", cost_micro=555,
+                              prompt_tokens=1, completion_tokens=1, record=rec)
+
+    run(redis_url, body)
+    assert records.find(sync, rid)["cost_toman"] == "0.000555"
+    listed = [r["request_id"] for r in records.list_requests(sync, ACCT)]
+    assert listed.count(rid) == 1 and len(listed) == 2

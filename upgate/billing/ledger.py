@@ -235,8 +235,8 @@ class Ledger(Reaper, Journal, Cooldowns):
         if not record:
             return ("", "", account_id, prefix, 0, keep_ms, s.request_log_max)
         now_ms = int(now_ms or self.now() * 1000)
-        return (request_record.encode(record, now_ms), request_record.rid_key(record["request_id"]),
-                request_record.acct_key(account_id), prefix, now_ms, keep_ms, s.request_log_max)
+        return (*request_record.pack(record, now_ms), request_record.acct_key(account_id), prefix, now_ms,
+                keep_ms, s.request_log_max)
 
     async def keep_record(self, account_id: str, record: dict) -> bool:
         """Keep the record of a request no hold closes (refused at its admission, say) in the

@@ -1,0 +1,113 @@
+"""Request records in Redis in the packed form (lua/_lib.lua keep_record, services/records.py) on
+a private real redis-server: the index buckets stay listpacks as a day grows, every id is found
+in one call, a refused request's record goes the same way, records from before the packed form
+are listed after the new ones, and a million records take at most 150 MiB."""
+from __future__ import annotations
+
+import secrets
+import time
+
+import orjson
+import pytest
+
+from tests.ledger_kit import ACCT, KEY, seed_account
+from upgate.billing import request_record
+from upgate.services import records
+from upgate.store import connection as store, keyspace
+
+
+def _rec(rid: str, **kw) -> dict:
+    return request_record.new(**{**dict(
+        request_id=rid, key_id=secrets.token_hex(8), key_prefix="sk-up-Ab12", model="openai/gpt-4o-mini",
+        answered_model="openai/gpt-4o-mini", provider="openai", stream=True, status=200,
+        prompt_tokens=812, completion_tokens=240, hold_micro=2_500_000, cost_micro=731_400,
+        ttfb_ms=420, duration_ms=3100), **kw})
+
+
+def _keep_many(sync, accts, n, now_ms):
+    """n records through lua/record_keep.lua (keep_record, as settle keeps them), round-robin
+    over the accounts, in pipelines of 500; returns the ids."""
+    s = __import__("upgate.settings", fromlist=["from_env"]).from_env()
+    script = store.script("record_keep")
+    records.keep(sync, accts[0], _rec("req_" + secrets.token_hex(12)), now_ms=now_ms)  # loads the library
+    ids = []
+    for start in range(0, n, 500):
+        pipe = sync.pipeline(transaction=False)
+        for i in range(start, min(n, start + 500)):
+            rid = "req_" + secrets.token_hex(12)
+            ids.append(rid)
+            keys, args = request_record.keep_call(accts[i % len(accts)], _rec(rid), now_ms + i,
+                                                  keep_days=s.request_log_days, keep_max=s.request_log_max)
+            pipe.execute_command(*script.command(keys, args))
+        pipe.execute()
+    return ids
+
+
+def test_a_days_index_stays_in_listpack_buckets_and_every_id_is_found(redis_url):
+    sync = store.connect_sync(redis_url)
+    accts = [f"00000000-0000-4000-8000-{i:012d}" for i in range(20)]
+    for a in accts:
+        seed_account(sync, a)
+    now = int(time.time() * 1000)
+    ids = _keep_many(sync, accts, 6000, now)
+    day = now // records.DAY_MS
+    buckets = [k for k in sync.keys(f"reqidx:{day}:*") if not k.endswith(b":n")]
+    widths = {int(k.split(b":")[2]) for k in buckets}
+    assert max(widths) >= 6 and len(widths) > 4  # the width grew with the day's count
+    assert {sync.object("encoding", k) for k in buckets} == {b"listpack"}
+    assert max(sync.hlen(k) for k in buckets) <= 128
+    for rid in ids[::97] + ids[-3:]:
+        rec = records.find(sync, rid)
+        assert rec["request_id"] == rid and rec["cost_toman"] == "0.731400"
+    with pytest.raises(records.UnknownRequest):
+        records.find(sync, "req_" + "0" * 24)
+
+
+def test_a_million_records_take_at_most_150_mib(redis_url):
+    """Measured the way `python -m bench --records` does (there through admit + settle): the
+    store's used_memory after the records less before, over 20,000 records of 20 accounts."""
+    sync = store.connect_sync(redis_url)
+    accts = [f"00000000-0000-4000-8000-{i:012d}" for i in range(20)]
+    for a in accts:
+        seed_account(sync, a)
+    records.keep(sync, accts[0], _rec("req_" + secrets.token_hex(12)))
+    before = sync.info("memory")["used_memory"]
+    n = 20_000
+    _keep_many(sync, accts, n, int(time.time() * 1000))
+    per = (sync.info("memory")["used_memory"] - before) / n
+    assert per * 1_000_000 / 2**20 <= 150, per
+
+
+def test_a_refused_request_is_kept_like_any_other(redis_url):
+    sync = store.connect_sync(redis_url)
+    seed_account(sync, ACCT)
+    rid = "req_" + secrets.token_hex(12)
+    refused = request_record.new(request_id=rid, key_id=KEY, key_prefix="sk-up-abcd", model="acme/chat-1",
+                                 status=402, code="insufficient_balance")
+    assert records.keep(sync, ACCT, refused)
+    assert not records.keep(sync, "00000000-0000-4000-8000-00000000dead", refused)  # no such account
+    got = records.find(sync, rid)
+    assert got["status"] == 402 and got["code"] == "insufficient_balance" and got["cost_toman"] == "0.000000"
+    assert records.list_requests(sync, ACCT)[0]["request_id"] == rid
+
+
+def test_records_from_before_the_packed_form_are_listed_after_the_new_ones(redis_url):
+    sync = store.connect_sync(redis_url)
+    seed_account(sync, ACCT)
+    now = int(time.time() * 1000)
+    old_ids = [f"req_old{i}" for i in range(5)]
+    for i, rid in enumerate(old_ids):  # as settle.lua wrote them before
+        t = now - 3_600_000 + i
+        raw = orjson.dumps([rid, t, KEY, None, "acme/chat-1", None, None, 0, 200, None, 1, 2, 0, 10, 5, 1, 2])
+        sync.zadd(keyspace.requests_v1(ACCT), {raw: t})
+        sync.hset(keyspace.REQ_INDEX + str(t // records.DAY_MS), rid, f"{ACCT}|{t}")
+    new_ids = [f"req_new{i}" for i in range(7)]
+    for i, rid in enumerate(new_ids):
+        records.keep(sync, ACCT, _rec(rid), now_ms=now + i)
+    want = new_ids[::-1] + old_ids[::-1]
+    assert [r["request_id"] for r in records.list_requests(sync, ACCT, limit=1000)] == want
+    assert [r["request_id"] for r in records.list_requests(sync, ACCT, limit=3)] == want[:3]
+    pages = list(records.iter_requests(sync, ACCT, batch=5))
+    assert [len(p) for p in pages] == [5, 5, 2] and [r["request_id"] for p in pages for r in p] == want
+    assert records.find(sync, "req_old2")["cost_toman"] == "0.000005"
+    assert records.find(sync, "req_new3")["request_id"] == "req_new3"
