@@ -27,7 +27,11 @@ def audit(deep: bool, as_json: bool) -> None:
               [[m["account_id"], m["balance_toman"], m["expected_toman"]] for m in bad])
     emit(result, table=t)
     for d in result["duplicate_phones"]:  # none of them signs in to the dashboard until resolved
-        warn(f"phone {d['phone']} is shared by accounts {', '.join(d['account_ids'])}")
+        warn(f"phone {d['phone']} is shared by accounts {', '.join(d['account_ids'])}: give all but "
+             "one another phone with `account set-phone`")
+    if result["unmigrated"]:
+        warn(f"{result['unmigrated']} accounts are from before transactions and were not judged: "
+             "run `upgate-admin migrate`")
     for p in result["payment_mismatches"]:
         warn(f"account {p['account_id']}: {p['problem']} ({p['order_id'] or p['ref']})")
     if result["payment_mismatches"] and not bad:

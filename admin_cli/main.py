@@ -111,10 +111,10 @@ def cli(ctx: click.Context, as_json: bool) -> None:
 def _register() -> None:
     import importlib
 
-    for name, attrs in (("account", ("account",)), ("key", ("key",)), ("models", ("models",)),
+    for name, attrs in (("account", ("account",)), ("account_care", ()), ("key", ("key",)), ("models", ("models",)),
                         ("usage", ("usage",)), ("overview", ("overview",)), ("audit", ("audit",)), ("requests", ("requests", "request")),
                         ("admin_token", ("admin_token",)), ("webhook", ("webhook",)),
-                        ("payments", ("payments",))):
+                        ("payments", ("payments",)), ("migrate", ("migrate",))):
         try:
             mod = importlib.import_module(f"admin_cli.{name}")
         except ModuleNotFoundError as e:  # a noun not built yet
@@ -131,7 +131,7 @@ _register()
 # ---- the admin log: every command that changes something is recorded, actor "cli" -------------
 
 READS = {"list", "show", "log", "transactions", "statement", "requests", "usage", "audit", "test", "failed", "find",
-         "overview"}
+         "overview", "notes", "search"}
 
 
 def _plain(value):
@@ -180,7 +180,7 @@ def _recorded(path: str, command: click.Command) -> None:
                                     if n != first and params.get(n) not in (None, False, ())})
         target = _plain(params[first]) if first else None
         try:
-            admin_log.record(redis_client(), "cli", path, target, detail)
+            admin_log.face_record(redis_client(), "cli", path, target, detail)
         except (redis.RedisError, RedisClusterException) as e:
             from admin_cli.output import warn
 

@@ -163,14 +163,17 @@ end
 
 -- `rid`, `acct`: request_record.rid_key / acct_key. `kept_day`, `gone`: the wallet's `rec_day`
 -- and `rec_gone` when the caller read the wallet already (nil: read here). `reaped`: the
--- hold's `record` field when it was reaped. Returns the record's seq ('' when nothing kept).
+-- hold's `record` field when it was reaped. `kind`: 'ref' for the refused records' list (its
+-- own `ref_day`/`ref_gone`; its index entries start with "r"), else the billed one.
+-- Returns the record's seq ('' when nothing kept).
 local function keep_record(records, index_prefix, acct, rid, record, now, keep_ms, max,
-                           wallet, kept_day, gone, reaped)
+                           wallet, kept_day, gone, reaped, kind)
   if record == '' then
     return ''
   end
+  kind = kind or 'rec'
   if kept_day == nil then
-    local v = rcall('HMGET', wallet, 'rec_day', 'rec_gone')
+    local v = rcall('HMGET', wallet, kind .. '_day', kind .. '_gone')
     kept_day, gone = v[1], v[2]
   end
   gone = tonumber(gone) or 0
@@ -188,7 +191,7 @@ local function keep_record(records, index_prefix, acct, rid, record, now, keep_m
   local bucket = rec_bucket(index_day, rid, w)
   local len = rcall('RPUSH', records, rec_with_width(record, w))
   local seq = istr(gone + len)
-  rcall('HSET', bucket, rid, seq .. '|' .. acct)
+  rcall('HSET', bucket, rid, (kind == 'ref' and 'r' or '') .. seq .. '|' .. acct)
   rcall('PEXPIREAT', bucket, until_ms)
   local dropped = 0
   if kept_day ~= istr(day) or len == 1 then -- (1: the list is new, maybe emptied and made again today)
@@ -212,7 +215,7 @@ local function keep_record(records, index_prefix, acct, rid, record, now, keep_m
       rcall('LTRIM', records, n, -1)
       dropped, len = n, len - n
     end
-    rcall('HSET', wallet, 'rec_day', istr(day))
+    rcall('HSET', wallet, kind .. '_day', istr(day))
   end
   local over = len - max
   if over > 0 then
@@ -223,7 +226,7 @@ local function keep_record(records, index_prefix, acct, rid, record, now, keep_m
     end
   end
   if dropped > 0 then
-    rcall('HSET', wallet, 'rec_gone', istr(gone + dropped))
+    rcall('HSET', wallet, kind .. '_gone', istr(gone + dropped))
   end
   return seq
 end
@@ -345,6 +348,7 @@ end
 -- threshold or above arms it again too. Hold churn never re-arms it: a busy account hovering at
 -- its threshold would otherwise fire on every other request.
 -- `w`: the wallet's {balance, held, low_balance, low_fired} when the caller read them already.
+-- Returns 1 when it fired (the caller hands that on: the customer's SMS, upgate/alerts/), else 0.
 local function low_balance_check(wallet, outbox, state, index, account_id, now_ms, credit, w)
   w = w or rcall('HMGET', wallet, 'balance', 'held', 'low_balance', 'low_fired')
   local threshold = w[3]
@@ -362,10 +366,12 @@ local function low_balance_check(wallet, outbox, state, index, account_id, now_m
       emit_event(outbox, state, index, account_id, 'wallet.low_balance',
                  {account_id = account_id, balance_toman = toman(balance), available_toman = toman(available),
                   low_balance_toman = toman(threshold)}, now_ms)
+      return 1
     end
   elseif credit and w[4] then
     rcall('HDEL', wallet, 'low_fired')
   end
+  return 0
 end
 
 -- key.monthly_limit_reached, once per key and Jalali month (a `limit_event:<month>` flag on the

@@ -19,7 +19,7 @@
     ARGV[5]  an index name's prefix "reqidx:" / "reqidx:{"   (name = prefix .. tag .. suffix .. day)
     ARGV[6]  its suffix "" / "}:"
     ARGV[7]  an account key's prefix "{a:"; ARGV[8] the records list's suffix "}:rq";
-    ARGV[9]  the wallet's suffix "}:wallet"
+    ARGV[9]  the wallet's suffix "}:wallet"; ARGV[10] the refused records list's suffix "}:rf"
 
   Output: {1, account key, stored record} | {2, "<account>|<time ms>"} (an old index entry)
           | false when no index of this node has it
@@ -36,14 +36,15 @@ local function account_text(k)
 end
 
 local function record_at(entry)
-  local seq, acct = string.match(entry, '^(%d+)|(.*)$')
+  local kind, seq, acct = string.match(entry, '^(r?)(%d+)|(.*)$')
   if not seq then
     return nil
   end
   local t = ARGV[7] .. account_text(acct)
-  local gone = tonumber(rcall('HGET', t .. ARGV[9], 'rec_gone')) or 0
+  local refused = kind == 'r'
+  local gone = tonumber(rcall('HGET', t .. ARGV[9], refused and 'ref_gone' or 'rec_gone')) or 0
   local pos = tonumber(seq) - gone - 1
-  local s = pos >= 0 and rcall('LINDEX', t .. ARGV[8], pos)
+  local s = pos >= 0 and rcall('LINDEX', t .. (refused and ARGV[10] or ARGV[8]), pos)
   if s then
     local _, got = rec_head(s)
     if got == rid then

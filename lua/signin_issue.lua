@@ -5,13 +5,14 @@
 
   Input:
     KEYS[1] the phone's code hash        {p:<E.164>}:code   (digest, expires_ms, tries)
-    KEYS[2] the phone's sent log (zset)   {p:<E.164>}:sent   (member and score: sent at, ms)
+    KEYS[2] the phone's sent log (zset)   {p:<E.164>}:sent   (score: sent at, ms; member: ARGV[7])
     ARGV[1] digest of the new code (HMAC hex, or "!" for a code that never verifies)
     ARGV[2] the code's life, ms (120000)
     ARGV[3] the resend gap, ms (60000)
     ARGV[4] codes per phone per window (5)
     ARGV[5] the window, ms (3600000)
     ARGV[6] now, ms; "0" = Redis TIME
+    ARGV[7] a unique member for this send (random hex): two sends in one millisecond count twice
 
   Output: {status, wait_ms}
     status 0 issued (wait_ms = the resend gap)
@@ -32,7 +33,7 @@ if rcall('ZCARD', sent_key) >= cap then
   local oldest = rcall('ZRANGE', sent_key, 0, 0, 'WITHSCORES')
   return {2, tonumber(oldest[2]) + window_ms - now}
 end
-rcall('ZADD', sent_key, now, istr(now))
+rcall('ZADD', sent_key, now, ARGV[7])
 rcall('PEXPIRE', sent_key, window_ms)
 rcall('DEL', code_key)
 rcall('HSET', code_key, 'digest', digest, 'expires_ms', istr(now + life_ms), 'tries', 0)

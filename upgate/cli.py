@@ -127,11 +127,12 @@ def serve(port: int | None, host: str, processes: int | None, insecure_dev: bool
             _shared_metrics_dir()
     from upgate import server
 
+    from upgate.migrations import DataTooNew
     from upgate.store.policy import EvictingStore
 
     try:
         server.run(settings, providers, port or settings.port, processes, host)
-    except (server.BindError, EvictingStore) as e:
+    except (server.BindError, EvictingStore, DataTooNew) as e:
         raise click.ClickException(str(e)) from None
 
 

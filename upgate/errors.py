@@ -82,3 +82,20 @@ class GatewayError(Exception):
         if self.final:
             h["x-should-retry"] = "false"
         return h
+
+
+class Reasoned(ValueError):
+    """A refusal a person may read. `reason` names its sentence in the one catalogue
+    (upgate/i18n/refusals.py) and `params` fill it, so every face says it in its reader's language
+    (amounts in toman, Jalali dates, Persian digits on Persian pages); str() stays the one line of
+    English the CLI and the JSON APIs give as `message`. Subclasses set a class-level `reason` or
+    pass one: ``raise InvalidKeySetting("rate_limit_rpm must …", reason="rpm_range", low=1, high=600)``."""
+
+    reason = "invalid"
+    field: str | None = None
+
+    def __init__(self, *args, reason: str | None = None, **params):
+        super().__init__(*args)
+        if reason is not None:
+            self.reason = reason
+        self.params = params

@@ -93,8 +93,9 @@ def address(host: str, sockets: list[socket.socket]) -> str:
 
 
 def check_store(url: str) -> None:
-    """Refuse a Redis that may evict keys (money) before serving: raises EvictingStore. Warns
-    about one that does not persist. A store that does not answer yet is checked by each node
+    """Refuse a Redis that may evict keys (money) before serving: raises EvictingStore; and data
+    a newer release migrated (upgate/migrations/): raises DataTooNew. Warns about a store that
+    does not persist, and about data that needs `upgate-admin migrate`. A store that does not answer yet is checked by each node
     once it does (Context._check_store)."""
     import redis
 
@@ -102,10 +103,15 @@ def check_store(url: str) -> None:
 
     if url.startswith("memory://"):
         return
+    from upgate import migrations
+
     try:
         client = store.connect_sync(url)
         try:
             warnings = store_policy.check(client, url)
+            pending = migrations.check(client)  # DataTooNew: refused, like an evicting store
+            if pending:
+                warnings = [*warnings, pending]
         finally:
             client.close()
     except (redis.RedisError, redis.exceptions.RedisClusterException, OSError) as e:

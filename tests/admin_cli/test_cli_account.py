@@ -234,4 +234,4 @@ def test_set_low_balance_sets_clears_and_logs_the_api_names(run, acct, r, redis_
     from upgate.services import admin_log
     entries = admin_log.read(r, 2)
     assert [e["detail"] for e in entries] == [{"low_balance_toman": None}, {"low_balance_toman": "20000.5"}]
-    assert entries[0]["action"] == "account set-low-balance" and entries[0]["target"] == acct
+    assert entries[0]["action"] == "account.set_low_balance" and entries[0]["target"] == acct

@@ -73,7 +73,7 @@ def test_statement_json_csv_and_table(run, acct):
 
 def test_audit_passes_then_names_a_tampered_account(run, acct, r):
     assert ok_json(run("audit", "--json")) == {"accounts": 1, "mismatches": [], "duplicate_phones": [],
-                                               "payment_mismatches": []}
+                                               "payment_mismatches": [], "unmigrated": 0}
     r.hincrby(keyspace.wallet(acct), "balance", 5)  # behind the scripts' back
     res = run("audit", "--json")
     assert res.exit_code == 1

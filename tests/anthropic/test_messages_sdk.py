@@ -112,7 +112,7 @@ def test_count_tokens_is_unbilled_and_local(claude_node, redis_url, funded, mock
         model="claude-sonnet-4-5", messages=HELLO, system="Be brief.")
     assert raw.parse().input_tokens == sizing.prompt_tokens(to_chat(
         {"model": "x", "max_tokens": 1, "messages": HELLO, "system": "Be brief."}))
-    assert raw.headers["X-RateLimit-Remaining"] == "60"  # read, not counted
+    assert raw.headers["X-RateLimit-Remaining"] == "59"  # counted in the key's rpm (DESIGN.md), unbilled
     assert raw.headers["request-id"] == raw.headers["X-Svc-Request-Id"]
     with pytest.raises(anthropic.NotFoundError) as info:
         sdk(claude_node, key).messages.count_tokens(model="claude-opus-9", messages=HELLO)
@@ -163,7 +163,7 @@ def test_each_error_class(claude_node, redis_url, funded, mock):
     r = httpx.post(claude_node.base + "/messages", headers={"x-api-key": key, "anthropic-version": "2023-06-01"},
                    json={"model": "mock/chat-1", "messages": HELLO})
     assert r.status_code == 400
-    assert r.json()["error"] == {"type": "invalid_request_error", "message": "`max_tokens` is required.",
+    assert r.json()["error"] == {"type": "invalid_request_error", "message": "max_tokens: Field required",
                                  "code": "invalid_request"}
     assert r.headers["x-should-retry"] == "false"
 

@@ -26,7 +26,8 @@ def _public(record: dict, t: int = T) -> dict:
 
     out = {k: record.get(k) for k in rr.PUBLIC}
     out.update(account_id=ACCT, time=jalali.utc_iso(t / 1000), hold_toman=money.fmt(record["hold_micro"]),
-               cost_toman=money.fmt(record["cost_micro"]), stream=bool(record["stream"]))
+               cost_toman=money.fmt(record["cost_micro"]), stream=bool(record["stream"]),
+               route=record.get("route"), refused=record.get("route") is not None)
     return out
 
 
@@ -50,6 +51,15 @@ def test_the_id_key_is_the_records_own():
     assert len(rr.rid_key("req_" + "ab" * 12)) == 12  # the gateway's own ids are packed
     assert rr.acct_key(ACCT) == bytes.fromhex(ACCT.replace("-", ""))
     assert rr.account_of(rr.acct_key(ACCT)) == ACCT
+
+
+def test_a_refused_record_carries_its_route():
+    rec = rr.refused(request_id="req_" + "0a" * 12, account_id=ACCT, key_id="0123456789abcdef",
+                     key_prefix="sk-up-AbCd", route="/v1/messages", model="anthropic/claude-x", status=429,
+                     code="rate_limit_exceeded", duration_ms=3)
+    got = rr.decode(ACCT, rr.encode(rec, T))
+    assert got == _public(rec) and got["refused"] is True and got["route"] == "/v1/messages"
+    assert rr.time_of(rr.encode(rec, T)) == T
 
 
 def test_nulls_zeros_and_statuses():

@@ -69,13 +69,16 @@ def test_phone_refused(phone):
 @pytest.mark.parametrize("text,micro", [
     ("0", 0), ("1500", 1_500_000_000), ("1500.25", 1_500_250_000), ("0.000001", 1),
     (" 7 ", 7_000_000), ("9007199254.740992", MAX),
+    # CUSTOMERS.md "Amount inputs": Persian, Arabic-Indic, Latin digits, with or without separators
+    ("1,000", 1_000_000_000), ("۱۲٬۵۰۰", 12_500_000_000), ("١٠", 10_000_000), ("۱۲٫۵", 12_500_000),
 ])
 def test_parse_amount(text, micro):
     assert accounts.parse_amount(text) == micro
 
 
-@pytest.mark.parametrize("text", ["abc", "1.1234567", "1e3", "1E3", "nan", "inf", "1,000", "",
-                                  "0x10", "1.", ".5", "9007199254.740993", "-5", "١٠"])
+@pytest.mark.parametrize("text", ["abc", "1.1234567", "1e3", "1E3", "nan", "inf", "1,00", "",
+                                  "0x10", "1.", ".5", "9007199254.740993", "-5", "¹⁰⁰⁰⁰",
+                                  "①⓪⓪⓪⓪", "１２", "9" * 5000, "1 000", None, 12])
 def test_parse_amount_refused(text):
     with pytest.raises(accounts.InvalidAmount):
         accounts.parse_amount(text)

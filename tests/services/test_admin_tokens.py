@@ -89,7 +89,7 @@ def test_cli_create_list_revoke_log(run):
     entries = run("admin-token", "log")["entries"]
     assert entries[1]["detail"] == {"read_only": "True"}
     assert [(e["actor"], e["action"], e["target"]) for e in entries] == [
-        ("cli", "admin-token revoke", "support"), ("cli", "admin-token create", "support")]
+        ("cli", "admin_token.revoke", "support"), ("cli", "admin_token.create", "support")]
     assert made["token"] not in json.dumps(entries)
 
 
@@ -100,8 +100,9 @@ def test_cli_writes_are_logged_and_reads_are_not(run):
     key = run("key", "create", acct, "--name", "k")
     run("key", "list", acct)
     log = run("admin-token", "log", "--limit", "10")["entries"]
-    assert [e["action"] for e in log] == ["key create", "account topup", "account create"]
-    assert log[1]["target"] == acct and log[1]["detail"] == {"amount_toman": "5"}
+    assert [e["action"] for e in log] == ["key.create", "account.topup", "account.create"]
+    assert log[1]["target"] == acct and log[1]["detail"]["amount_toman"] == "5.000000"
+    assert log[1]["before"] == {"balance_toman": "10.000000"} and log[1]["after"] == {"balance_toman": "15.000000"}
     assert log[0]["detail"] == {"name": "k"} and log[2]["detail"] == {"phone": "09120000000", "balance_toman": "10"}
     assert key["key"] not in json.dumps(log)
 

@@ -1,11 +1,12 @@
 """One canonical phone (E.164) from every spelling CUSTOMERS.md lists, and one account per phone:
-the second is refused, `audit` rebuilds the index, rewrites old spellings and lists duplicates."""
+the second is refused; the phone migration rewrites old spellings and indexes them, `audit` lists
+duplicates (reading only)."""
 from __future__ import annotations
 
 import pytest
 
 from tests.services.test_accounts import client  # noqa: F401  (fixture)
-from upgate.services import accounts, audit, phone_index, phones
+from upgate.services import accounts, audit, phone_change, phone_index, phones
 from upgate.store import keyspace
 
 CANON = "+989121234567"
@@ -47,7 +48,9 @@ def test_a_dead_creations_claim_is_taken_over(client, r):
     assert phone_index.owner(client, CANON) == a
 
 
-def test_audit_migrates_old_spellings_and_lists_duplicates(client, r):
+def test_the_migration_writes_old_spellings_canonical_and_the_audit_lists_duplicates(client, r):
+    from upgate import migrations
+
     a = accounts.create_account(client, "09121234567")
     b = accounts.create_account(client, "09350000000")
     c = accounts.create_account(client, "09360000000")
@@ -55,14 +58,16 @@ def test_audit_migrates_old_spellings_and_lists_duplicates(client, r):
     r.delete(*r.keys("{p:*"))
     r.hset(keyspace.wallet(b), "phone", "0935 000 0000")
     r.hset(keyspace.wallet(c), "phone", "09121234567")
-    result = audit.run(client)
+    result = audit.run(client)  # reads only
     assert result["duplicate_phones"] == [{"phone": CANON, "account_ids": sorted([a, c])}]
+    assert r.hget(keyspace.wallet(b), "phone") == "0935 000 0000" and not r.keys("{p:*")
+    migrations.run(client)
     assert r.hget(keyspace.wallet(b), "phone") == "+989350000000"
     assert phone_index.owner(client, "+989350000000") == b
     assert phone_index.owner(client, CANON) == phone_index.SHARED
     with pytest.raises(accounts.PhoneInUse):
         accounts.create_account(client, CANON)
-    # resolved (c gets its own phone): the next audit gives the phone back to its one account
-    r.hset(keyspace.wallet(c), "phone", "+989360000000")
+    # resolved (c gets its own phone): the phone goes back to its one account at once
+    phone_change.set_phone(client, c, "+989360000000")
     assert audit.run(client)["duplicate_phones"] == []
     assert phone_index.owner(client, CANON) == a

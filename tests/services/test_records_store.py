@@ -1,7 +1,8 @@
 """Request records in Redis in the packed form (lua/_lib.lua keep_record, services/records.py) on
 a private real redis-server: the index buckets stay listpacks as a day grows, every id is found
 in one call, a refused request's record goes the same way, records from before the packed form
-are listed after the new ones, and a million records take at most 150 MiB."""
+are read beside the new ones, time windows are counted and read, and a million records take at
+most 150 MiB."""
 from __future__ import annotations
 
 import secrets
@@ -13,7 +14,7 @@ import pytest
 from tests.ledger_kit import ACCT, KEY, seed_account
 from upgate.billing import request_record
 from upgate.services import records
-from upgate.store import connection as store, keyspace
+from upgate.store import connection as store, keyspace, lua_library
 
 
 def _rec(rid: str, **kw) -> dict:
@@ -25,19 +26,21 @@ def _rec(rid: str, **kw) -> dict:
 
 
 def _keep_many(sync, accts, n, now_ms):
-    """n records through lua/record_keep.lua (keep_record, as settle keeps them), round-robin
-    over the accounts, in pipelines of 500; returns the ids."""
-    s = __import__("upgate.settings", fromlist=["from_env"]).from_env()
-    script = store.script("record_keep")
-    records.keep(sync, accts[0], _rec("req_" + secrets.token_hex(12)), now_ms=now_ms)  # loads the library
+    """n records through keep_record (lua/keep_refused.lua: the same step settle.lua takes, into
+    the account's refused list), round-robin over the accounts, in pipelines of 500; returns
+    the ids."""
+    script = store.script("keep_refused")
+    one = request_record.keep_refused_call({**_rec("req_" + secrets.token_hex(12)), "account_id": accts[0]},
+                                           now_ms, sharded=False, keep_days=7)
+    lua_library.call_sync(sync, lambda: sync.execute_command(*script.command(*one)))  # loads the library
     ids = []
     for start in range(0, n, 500):
         pipe = sync.pipeline(transaction=False)
         for i in range(start, min(n, start + 500)):
             rid = "req_" + secrets.token_hex(12)
             ids.append(rid)
-            keys, args = request_record.keep_call(accts[i % len(accts)], _rec(rid), now_ms + i,
-                                                  keep_days=s.request_log_days, keep_max=s.request_log_max)
+            keys, args = request_record.keep_refused_call({**_rec(rid), "account_id": accts[i % len(accts)]},
+                                                          now_ms + i, sharded=False, keep_days=7)
             pipe.execute_command(*script.command(keys, args))
         pipe.execute()
     return ids
@@ -65,12 +68,12 @@ def test_a_days_index_stays_in_listpack_buckets_and_every_id_is_found(redis_url)
 
 def test_a_million_records_take_at_most_150_mib(redis_url):
     """Measured the way `python -m bench --records` does (there through admit + settle): the
-    store's used_memory after the records less before, over 20,000 records of 20 accounts."""
+    store's used_memory after the records less before, over 20,000 records of 25 accounts."""
     sync = store.connect_sync(redis_url)
-    accts = [f"00000000-0000-4000-8000-{i:012d}" for i in range(20)]
+    accts = [f"00000000-0000-4000-8000-{i:012d}" for i in range(25)]
     for a in accts:
         seed_account(sync, a)
-    records.keep(sync, accts[0], _rec("req_" + secrets.token_hex(12)))
+    _keep_many(sync, accts, 25, int(time.time() * 1000))
     before = sync.info("memory")["used_memory"]
     n = 20_000
     _keep_many(sync, accts, n, int(time.time() * 1000))
@@ -78,16 +81,23 @@ def test_a_million_records_take_at_most_150_mib(redis_url):
     assert per * 1_000_000 / 2**20 <= 150, per
 
 
-def test_a_refused_request_is_kept_like_any_other(redis_url):
+def test_a_refused_request_is_kept_beside_the_billed_ones_and_found_by_id(redis_url):
     sync = store.connect_sync(redis_url)
     seed_account(sync, ACCT)
+    now = int(time.time() * 1000)
     rid = "req_" + secrets.token_hex(12)
-    refused = request_record.new(request_id=rid, key_id=KEY, key_prefix="sk-up-abcd", model="acme/chat-1",
-                                 status=402, code="insufficient_balance")
-    assert records.keep(sync, ACCT, refused)
-    assert not records.keep(sync, "00000000-0000-4000-8000-00000000dead", refused)  # no such account
+    refused = request_record.refused(request_id=rid, account_id=ACCT, key_id=KEY, key_prefix="sk-up-abcd",
+                                     route="/v1/chat/completions", model="acme/chat-1", status=402,
+                                     code="insufficient_balance")
+    script = store.script("keep_refused")
+    call = script.command(*request_record.keep_refused_call(refused, now, sharded=False, keep_days=7))
+    assert lua_library.call_sync(sync, lambda: sync.execute_command(*call)) == 1
+    gone = {**refused, "account_id": "00000000-0000-4000-8000-00000000dead"}
+    call = script.command(*request_record.keep_refused_call(gone, now, sharded=False, keep_days=7))
+    assert sync.execute_command(*call) == 0  # no such account: nothing kept
     got = records.find(sync, rid)
-    assert got["status"] == 402 and got["code"] == "insufficient_balance" and got["cost_toman"] == "0.000000"
+    assert got["status"] == 402 and got["code"] == "insufficient_balance" and got["refused"] is True
+    assert got["route"] == "/v1/chat/completions" and got["cost_toman"] == "0.000000"
     assert records.list_requests(sync, ACCT)[0]["request_id"] == rid
 
 
@@ -102,12 +112,18 @@ def test_records_from_before_the_packed_form_are_listed_after_the_new_ones(redis
         sync.zadd(keyspace.requests_v1(ACCT), {raw: t})
         sync.hset(keyspace.REQ_INDEX + str(t // records.DAY_MS), rid, f"{ACCT}|{t}")
     new_ids = [f"req_new{i}" for i in range(7)]
+    script = store.script("keep_refused")
     for i, rid in enumerate(new_ids):
-        records.keep(sync, ACCT, _rec(rid), now_ms=now + i)
+        call = script.command(*request_record.keep_refused_call({**_rec(rid), "account_id": ACCT}, now + i,
+                                                                sharded=False, keep_days=7))
+        lua_library.call_sync(sync, lambda: sync.execute_command(*call))
     want = new_ids[::-1] + old_ids[::-1]
     assert [r["request_id"] for r in records.list_requests(sync, ACCT, limit=1000)] == want
     assert [r["request_id"] for r in records.list_requests(sync, ACCT, limit=3)] == want[:3]
-    pages = list(records.iter_requests(sync, ACCT, batch=5))
-    assert [len(p) for p in pages] == [5, 5, 2] and [r["request_id"] for p in pages for r in p] == want
     assert records.find(sync, "req_old2")["cost_toman"] == "0.000005"
     assert records.find(sync, "req_new3")["request_id"] == "req_new3"
+    # a time window, counted and read, over the new lists and the old sets alike
+    lo, hi = now - 3_600_000 + 2, now + 3  # old 2..4, new 0..2
+    assert records.count_window(sync, [ACCT], lo, hi) == {ACCT: 6}
+    got = sorted((ms, r["request_id"]) for r, ms in records.account_window(sync, [ACCT], lo, hi, 2))
+    assert [rid for _, rid in got] == ["req_old3", "req_old4", "req_new1", "req_new2"]

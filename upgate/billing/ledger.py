@@ -117,9 +117,9 @@ class Ledger(Reaper, Journal, Cooldowns):
         self._release = store.script("release")
         self._renew = store.script("renew")
         self._reap = store.script("reap")
-        self._record_keep = store.script("record_keep")
         self._cooldown = store.script("cooldown")
         self._rate_peek = store.script("rate_peek")
+        self._rate_count = store.script("rate_count")
         self._reap_scan = store.script("reap_scan")
         self._shard_groups: list | None = None
         self._sweeps = 0
@@ -130,6 +130,9 @@ class Ledger(Reaper, Journal, Cooldowns):
         self._replay_pending = True  # look for journal files left by an earlier process
         self.replayed = 0
         self._undos: set[asyncio.Task] = set()  # lost admissions being looked for
+        # called with the account id when a settlement took it below its low-balance threshold
+        # (settle.lua decides, once per crossing); the node's SMS alert (upgate/alerts/) sets it
+        self.on_low_balance = None
 
     # ---- calendar keys (Tehran day, Jalali month), cached for the Tehran day: from its exact
     # first instant to the next day's (a rounded "seconds to midnight" would outlive the day)
@@ -238,16 +241,6 @@ class Ledger(Reaper, Journal, Cooldowns):
         return (*request_record.pack(record, now_ms), request_record.acct_key(account_id), prefix, now_ms,
                 keep_ms, s.request_log_max)
 
-    async def keep_record(self, account_id: str, record: dict) -> bool:
-        """Keep the record of a request no hold closes (refused at its admission, say) in the
-        packed form, index and retention settle uses (lua/record_keep.lua). False: no such
-        account. A store failure is the caller's (a record is not money: nothing to journal)."""
-        s = self.settings
-        keys, args = request_record.keep_call(account_id, record, int(self.now() * 1000),
-                                              keep_days=s.request_log_days, keep_max=s.request_log_max,
-                                              sharded=self.sharded)
-        return int(await self._record_keep(self.client, keys, args)) == 1
-
     async def settle(self, account_id: str, hold_id: str, *, key_id: str, model: str, cost_micro: int,
                      prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0,
                      cooldown_reset: str | None = None, record: dict | None = None) -> bool:
@@ -294,6 +287,8 @@ class Ledger(Reaper, Journal, Cooldowns):
                 return True
         if len(results) > 1:
             self._cooldown_result(cooldown_reset, results[1])
+        if len(results[0]) > 3 and results[0][3] == 1 and self.on_low_balance is not None:
+            self.on_low_balance(account_id)  # this charge crossed the threshold: once per crossing
         return int(results[0][0]) > 0
 
     def _settle_call(self, account_id, hold_id, model, cost_micro, prompt_tokens, completion_tokens,
@@ -377,6 +372,18 @@ class Ledger(Reaper, Journal, Cooldowns):
             log.warning("lease of hold %s (account %s) lost: it was no longer open when renewed "
                         "(reaped after a stall longer than the lease?)", hold_id, account_id)
         return lost
+
+    # ---- a request counted in the rpm window without a hold (count_tokens)
+    async def rate_count(self, account_id: str, key_id: str, member: str, now_ms: int | None = None) -> RateInfo:
+        """Count one request in the key's rpm window (its X-RateLimit-* values), or raise the
+        429 admit would give when the window is full."""
+        status, limit, remaining, reset_ms, retry_ms = await self._rate_count(
+            self.client, (keyspace.rpm(account_id, key_id), keyspace.key_record(account_id, key_id)),
+            (member, now_ms or 0))
+        rate = RateInfo(int(limit), int(remaining), _ceil_s(int(reset_ms)))
+        if int(status):
+            raise Rejected("rate_limit_exceeded", rate=rate, retry_after=max(1, _ceil_s(int(retry_ms))))
+        return rate
 
     # ---- rate headers without counting
     async def rate_peek(self, account_id: str, key_id: str, now_ms: int | None = None) -> RateInfo:

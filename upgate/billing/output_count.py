@@ -4,7 +4,6 @@ relayed, from which tokens are estimated. Pure functions, shared by the JSON and
 """
 from __future__ import annotations
 
-from upgate.billing import sizing
 
 _MAX_TOKENS = 100_000_000  # per request and kind: more than any context window holds
 
@@ -21,16 +20,18 @@ def estimate_tokens(chars: int) -> int:
     return (chars + 3) // 4
 
 
-def as_ours(obj: dict, model) -> None:
-    """A provider's answer or chunk as the client sees it: our model id, the provider named
-    (both stream paths and the JSON answer must agree)."""
-    obj["model"] = model.id
+def as_ours(obj: dict, model, name: str | None = None) -> None:
+    """A provider's answer or chunk as the client sees it: the model named as the client asked
+    for it (`name`: an alias it sent; else our id), the provider named (both stream paths and
+    the JSON answer must agree)."""
+    obj["model"] = name or model.id
     obj.setdefault("provider", model.provider)
 
 
-def usage_tokens(usage: dict, body: dict, chars: int) -> tuple[int, int]:
-    """(prompt, completion) tokens of a provider's usage object; what it leaves out, estimated."""
-    return (tokens_or(usage.get("prompt_tokens"), sizing.prompt_tokens(body)),
+def usage_tokens(usage: dict, prompt_estimate: int, chars: int) -> tuple[int, int]:
+    """(prompt, completion) tokens of a provider's usage object; what it leaves out, estimated
+    (the prompt by the request's one estimate, sizing.prompt_tokens of its body)."""
+    return (tokens_or(usage.get("prompt_tokens"), prompt_estimate),
             tokens_or(usage.get("completion_tokens"), estimate_tokens(chars)))
 
 

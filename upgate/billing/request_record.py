@@ -16,26 +16,37 @@ so that a million records take ~120 MiB of Redis with their index, not ~410 (doc
                 an answered model equal to the asked one "=", a provider that is the model's
                 first part ("openai" of "openai/gpt-4o") "/"
 
+A refused request (a 4xx/5xx answered with an X-Svc-Request-Id once the key was known, that
+no hold's settle or release recorded) leaves a smaller record of the same form with one more
+field, its route: ``refused`` builds it, ``keep_refused`` writes it (one call of
+lua/keep_refused.lua, after the answer went out) to the account's refused list, at most
+REFUSED_MAX, filed in the same request index, so a lookup by id finds either kind.
+
 Records written before this form are compact JSON arrays (FIELDS order, first byte "["):
 ``decode`` reads both, so nothing needs migrating; they leave with the retention.
 """
 from __future__ import annotations
 
+import logging
+import time
 import uuid
 from functools import lru_cache
 
 import orjson
 
 from upgate.billing import jalali, money
-from upgate.store import keyspace
+from upgate.store import connection as store, keyspace
+
+log = logging.getLogger("upgate")
+REFUSED_MAX = 1000  # refused records kept per account (CUSTOMERS.md)
 
 # the JSON form's array order (records written before the packed form)
 FIELDS = ("request_id", "time", "key_id", "key_prefix", "model", "answered_model", "provider",
           "stream", "status", "code", "prompt_tokens", "completion_tokens", "cached_tokens",
-          "hold_toman", "cost_toman", "ttfb_ms", "duration_ms")
+          "hold_toman", "cost_toman", "ttfb_ms", "duration_ms", "route")  # route: refused ones only
 PUBLIC = ("request_id", "time", "account_id", "key_id", "key_prefix", "model", "answered_model",
           "provider", "stream", "status", "code", "prompt_tokens", "completion_tokens",
-          "cached_tokens", "hold_toman", "cost_toman", "ttfb_ms", "duration_ms")
+          "cached_tokens", "hold_toman", "cost_toman", "ttfb_ms", "duration_ms", "route", "refused")
 DAY_MS = 86_400_000  # the request index has hashes per UTC day (lua/_lib.lua keep_record)
 
 SEP = "\x1f"
@@ -132,12 +143,17 @@ def pack(record: dict, now_ms: int) -> tuple[bytes, bytes]:
             f"\x1f{r['code'] or ''}\x1f{r['prompt_tokens'] or ''}\x1f{r['completion_tokens'] or ''}"
             f"\x1f{r['cached_tokens'] or ''}\x1f{r['hold_micro'] or ''}\x1f{r['cost_micro'] or ''}"
             f"\x1f{'' if ttfb is None else ttfb}\x1f{'' if duration is None else duration}")
-    if body.count(SEP) != 14:  # a separator inside a field (never in ids the gateway makes)
+    route = r.get("route")
+    if route is not None:  # a refused request's: the 16th field says it is one
+        body += SEP + route
+    if body.count(SEP) != (14 if route is None else 15):  # a separator inside a field (never in ids the gateway makes)
         fields = (key_id or "", prefix or "", model or "", answered or "", provider or "",
                   "1" if r["stream"] else "", "" if status == 200 else "-" if status is None else str(status),
                   r["code"] or "", r["prompt_tokens"] or "", r["completion_tokens"] or "",
                   r["cached_tokens"] or "", r["hold_micro"] or "", r["cost_micro"] or "",
                   "" if ttfb is None else ttfb, "" if duration is None else duration)
+        if route is not None:
+            fields += (route,)
         body = SEP.join(str(f).replace(SEP, "?") for f in fields)
     return b"%c%b%b%b" % (flags, head, int(now_ms).to_bytes(6, "big"), body.encode()), rkey
 
@@ -159,6 +175,16 @@ def _unpack(raw: bytes) -> tuple[str, str, int, list[str]]:
     return rid, key_id, int.from_bytes(raw[p:p + 6], "big"), raw[p + 6:].decode().split(SEP)
 
 
+def time_of(raw) -> int:
+    """The time (Unix ms) of a stored record, in either form."""
+    raw = raw if isinstance(raw, bytes) else raw.encode()
+    if raw[:1] == b"[":
+        return int(orjson.loads(raw)[1])
+    p = 13 if raw[0] & 0x20 else 2 + raw[1]
+    p += 8 if raw[0] & 0x80 else 0
+    return int.from_bytes(raw[p:p + 6], "big")
+
+
 def request_id_of(raw) -> str:
     """The request id of a stored record, in either form."""
     raw = raw if isinstance(raw, bytes) else raw.encode()
@@ -171,6 +197,7 @@ def decode(account_id: str, raw) -> dict:
     if raw[:1] == b"[":
         values = dict(zip(FIELDS, orjson.loads(raw)))
         values["account_id"] = account_id
+        values["refused"] = "route" in values  # only a refused record carries its route
         values["time"] = jalali.utc_iso(values["time"] / 1000)
         values["stream"] = bool(values["stream"])
         values["hold_toman"] = money.fmt(values["hold_toman"])
@@ -178,7 +205,8 @@ def decode(account_id: str, raw) -> dict:
         return {k: values.get(k) for k in PUBLIC}
     rid, packed_key, t, f = _unpack(raw)
     (key_id, prefix, model, answered, provider, stream, status, code, prompt, completion, cached,
-     hold, cost, ttfb, duration) = f
+     hold, cost, ttfb, duration) = f[:15]
+    route = f[15] if len(f) > 15 else None
     if prefix:
         prefix = prefix[1:] if prefix[0] == "=" else KEY_PREFIX + prefix
     if provider == "/":
@@ -191,14 +219,41 @@ def decode(account_id: str, raw) -> dict:
             "code": code or None, "prompt_tokens": int(prompt or 0),
             "completion_tokens": int(completion or 0), "cached_tokens": int(cached or 0),
             "hold_toman": money.fmt(int(hold or 0)), "cost_toman": money.fmt(int(cost or 0)),
-            "ttfb_ms": _int(ttfb), "duration_ms": _int(duration)}
+            "ttfb_ms": _int(ttfb), "duration_ms": _int(duration), "route": route,
+            "refused": route is not None}
 
 
-def keep_call(account_id: str, record: dict, now_ms: int, *, keep_days: int, keep_max: int,
-              sharded: bool = False) -> tuple[tuple, tuple]:
-    """(KEYS, ARGV) of lua/record_keep.lua: keep `record` (the handler's form) for a request that
-    no hold closes, e.g. one refused at admission. Run it through the store's `record_keep`
-    script (``Ledger.keep_record``, or ``services.records.keep`` off the hot path)."""
-    return ((keyspace.wallet(account_id), keyspace.requests(account_id)),
-            (*pack(record, now_ms), acct_key(account_id),
-             keyspace.request_index_prefix(account_id, sharded), int(now_ms), keep_days * DAY_MS, keep_max))
+# ---- refused requests --------------------------------------------------------------------------
+
+def refused(*, request_id: str, account_id: str, key_id: str, key_prefix: str | None, route: str,
+            model: str | None, status: int, code: str | None, stream: bool = False,
+            duration_ms: int | None = None) -> dict:
+    """A refused request's record in the handler's form: no tokens, no cost, no content."""
+    return {**new(request_id=request_id, account_id=account_id, key_id=key_id, key_prefix=key_prefix,
+                  model=model, stream=stream, status=status, code=code, duration_ms=duration_ms),
+            "route": route}
+
+
+def keep_refused_call(record: dict, now_ms: int, *, sharded: bool, keep_days: int) -> tuple[tuple, tuple]:
+    """(KEYS, ARGV) of lua/keep_refused.lua for a record of ``refused``."""
+    acct = record["account_id"]
+    return ((keyspace.wallet(acct), keyspace.refused(acct)),
+            (*pack(record, now_ms), acct_key(acct), keyspace.request_index_prefix(acct, sharded), int(now_ms),
+             keep_days * DAY_MS, REFUSED_MAX))
+
+
+async def keep_refused(client, record: dict, *, sharded: bool, keep_days: int,
+                       now_ms: int | None = None) -> None:
+    """Write a refused request's record (one call, off the served path). A store that does not
+    answer loses the record, never the answer: it is logged, not raised."""
+    now_ms = int(time.time() * 1000) if now_ms is None else int(now_ms)
+    try:
+        keys, args = keep_refused_call(record, now_ms, sharded=sharded, keep_days=keep_days)
+        await store.script("keep_refused")(client, keys, args)
+    except Exception as e:  # noqa: BLE001 (a record is never worth an error of its own)
+        log.warning("refused request %s not recorded (%s)", record["request_id"], type(e).__name__)
+
+
+def kept_keys(account_id: str) -> tuple[str, str]:
+    """The account's two record lists (billed, refused), for services/records.py's reads."""
+    return keyspace.requests(account_id), keyspace.refused(account_id)

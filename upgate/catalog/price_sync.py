@@ -22,6 +22,7 @@ from urllib.parse import urlsplit
 
 from upgate.billing import money
 from upgate.catalog import rules as catalog
+from upgate.errors import Reasoned
 
 # OpenRouter's pricing field → (catalog field, per million tokens?)
 PRICE_MAP = (
@@ -38,12 +39,14 @@ MAX_FACTOR = Decimal(10) ** 9  # a rate or markup beyond this is a typo, not a p
 MAX_USD = Decimal(10) ** 6  # per token or per request: beyond this, a broken source
 
 
-class SyncError(ValueError):
+class SyncError(Reasoned):
     """The sync is refused: one line for the operator; nothing is written. `field` names the
     input at fault (``source``, ``usd_toman``, ``markup``, ``include``, ``max_change``)."""
 
-    def __init__(self, message: str, field: str | None = None):
-        super().__init__(message)
+    reason = "sync_invalid"
+
+    def __init__(self, message: str, field: str | None = None, **params):
+        super().__init__(message, **params)
         self.field = field
 
 

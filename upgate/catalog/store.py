@@ -211,6 +211,8 @@ class ChangeTooLarge(SyncError):
     """A price moves more than --max-change allows (or --prune removes too many models):
     refused unless confirmed, so a broken source cannot zero the catalog."""
 
+    reason = "price_change_too_large"
+
     def __init__(self, message: str, outcome: "SyncOutcome"):
         super().__init__(message, "max_change")
         self.outcome = outcome

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import tornado.web
 
-from upgate.console import operations, pages, payments
+from upgate.console import account_forms, operations, pages, payments
 from upgate.console.base import STATIC
 from upgate.handlers.guard import BodyGuard
 
@@ -29,17 +29,21 @@ def routes(ctx) -> list:
         (r"/admin/login", pages.LoginHandler, d),
         (r"/admin/logout", pages.LogoutHandler, d),
         (r"/admin/accounts", pages.AccountsHandler, d),
+        (r"/admin/accounts\.csv", account_forms.AccountsCsvHandler, d),
         (acct, pages.AccountHandler, d),
         (acct + r"/topups", pages.TopupHandler, d),
         (acct + r"/adjustments", pages.AdjustmentHandler, d),
         (acct + r"/(suspend|resume)", pages.SuspendHandler, d),
         (acct + r"/settings", pages.SettingsHandler, d),
+        (acct + r"/phone", account_forms.PhoneHandler, d),
+        (acct + r"/notes", account_forms.NoteHandler, d),
         (acct + r"/statement\.csv", pages.StatementCsvHandler, d),
         (acct + r"/keys", pages.KeyCreateHandler, d),
         (acct + r"/keys/" + _ID + r"/update", pages.KeyUpdateHandler, d),
         (acct + r"/keys/" + _ID + r"/revoke", pages.KeyRevokeHandler, d),
         (r"/admin/models", pages.ModelsHandler, d),
         (r"/admin/models/sync", operations.PriceSyncHandler, d),
+        (r"/admin/requests", operations.RequestsHandler, d),
         (r"/admin/requests/" + _ID, operations.RequestHandler, d),
         (r"/admin/audit", operations.AuditHandler, d),
         (r"/admin/webhooks", operations.WebhooksHandler, d),

@@ -28,6 +28,8 @@ import tornado.web
 from tornado import httputil
 
 from upgate import i18n
+from upgate.i18n import refusals as refusal_text
+from upgate.services import refusals
 from upgate.console import session, view
 from upgate.handlers.base import new_request_id, set_page_headers
 from upgate.handlers.guard import BodyGuard
@@ -131,7 +133,8 @@ class ConsoleHandler(BodyGuard, tornado.web.RequestHandler):
         ns.update(fmt=self.fmt, who=self.who, flash=self.pop_flash(), message=None, nav=None,
                   lang=self.lang, rtl=self.fmt.rtl, lang_url=self.lang_url,
                   money=functools.partial(view.money, self.fmt),
-                  money_micro=functools.partial(view.money_micro, self.fmt), short_id=view.short_id)
+                  money_micro=functools.partial(view.money_micro, self.fmt), short_id=view.short_id,
+                  money_text=lambda v: self.fmt.toman(v) + " " + self.locale.translate("toman"))
         return ns
 
     def set_default_headers(self) -> None:
@@ -167,6 +170,14 @@ class ConsoleHandler(BodyGuard, tornado.web.RequestHandler):
         kwargs.setdefault("samesite", "Strict")
         kwargs.setdefault("secure", self.is_https())
         super().set_cookie(name, value, domain, expires, path, expires_days, **kwargs)
+
+    def said(self, e: ValueError) -> str:
+        """A service refusal for the operator: in Persian the catalogue's sentence
+        (upgate/i18n/refusals.py); in English the service's own exact line, as the CLI and the
+        management API give it."""
+        if self.lang == i18n.FA:
+            return refusal_text.say(e, self.lang, self.locale.translate)
+        return refusals.refusal(e).message
 
     def flash(self, text: str, kind: str = "ok", form: str | None = None) -> None:
         """A one-line message shown on the next page (after a redirect): at the top, or at the

@@ -27,6 +27,7 @@ import tornado.httputil
 import tornado.web
 
 from upgate import i18n
+from upgate.i18n import refusals as refusal_text
 from upgate.handlers.base import new_request_id, set_page_headers
 from upgate.handlers.guard import BodyGuard
 from upgate.services import accounts, dash_sessions
@@ -129,10 +130,14 @@ class DashboardHandler(BodyGuard, tornado.web.RequestHandler):
             reason = _("Not found.")
         elif status_code == 413:
             reason = _("That form is larger than the dashboard accepts.")
+        elif status_code == 405:
+            reason = _("This address only takes a form. Open the page it is on.")
         elif status_code == 403:
             reason = _("This form has expired. Go back, reload the page and try again.")
         else:
             reason = _("Something went wrong on our side. Please try again in a moment.")
+        if status_code == 405:  # (a write route: its form is the only way in)
+            self.set_header("Allow", "POST")
         self.render("error.html", status=status_code, reason=reason)
 
     def log_exception(self, typ, value, tb) -> None:
@@ -210,6 +215,11 @@ class DashboardHandler(BodyGuard, tornado.web.RequestHandler):
 
     async def submit(self, *args) -> None:
         raise tornado.web.HTTPError(405)
+
+    def said(self, e: ValueError) -> str:
+        """A service refusal in the page's language, from the one catalogue
+        (upgate/i18n/refusals.py): never the service's English internals."""
+        return refusal_text.say(e, self.lang, self.locale.translate)
 
     def arg(self, name: str) -> str:
         """A form field, trimmed ("" when absent)."""

@@ -13,19 +13,8 @@ class SignInPage(DashboardHandler):
         return self.ctx.client_address(self.request)
 
     def refusal(self, e: signin.SignInError) -> str:
-        _ = self.locale.translate
-        text = {
-            signin.InvalidPhone: _("That is not a mobile number. Type it like 09121234567."),
-            signin.TooSoon: _("A code was sent less than a minute ago. Please wait before asking again."),
-            signin.TooMany: _("Too many codes were asked for. Please try again later."),
-            signin.NotSent: _("The text message could not be sent just now. Please try again in a minute."),
-            signin.WrongCode: _("That code is not right. Check the text message and try again."),
-            signin.CodeExpired: _("That code has expired or was already used. Ask for a new one."),
-            signin.TooManyTries: _("Too many wrong codes. Ask for a new code."),
-        }.get(type(e), _("Please try again."))
-        if e.wait_s:
-            text += " " + _("Wait {seconds} s.").format(seconds=self.get_template_namespace()["fmt"].count(e.wait_s))
-        return text
+        """The refusal's sentence (seconds to wait, tries left) in the page's language."""
+        return self.said(e)
 
 
 class LoginHandler(SignInPage):
@@ -39,7 +28,7 @@ class LoginHandler(SignInPage):
             phone = await self.ctx.signin.ask(self.call, self.arg("phone"), self.address(),
                                               lambda code: _("Your upgate sign-in code: {code}").format(code=code))
         except signin.SignInError as e:
-            self.set_status(503 if isinstance(e, signin.NotSent) else 429 if e.wait_s else 400)
+            self.set_status(503 if isinstance(e, signin.SmsUnavailable) else 429 if e.wait_s else 400)
             self.render("login.html", next=target, error=self.refusal(e), phone=self.arg("phone"))
             return
         self.render("code.html", next=target, phone=phone, error=None)
@@ -57,7 +46,8 @@ class VerifyHandler(SignInPage):
             self.set_status(400)
             self.render("code.html", next=target, phone=self.arg("phone"), error=self.refusal(e))
             return
-        self.start_session(await self.call(dash_sessions.open_session, account_id, phone))
+        self.start_session(await self.call(dash_sessions.open_session, account_id, phone, self.address(),
+                                           self.request.headers.get("User-Agent", "")))
         self.redirect(target, status=303)
 
 

@@ -7,6 +7,7 @@ x-request-id, which the SDKs read), the X-RateLimit-* values when a key was seen
 """
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import time
@@ -19,6 +20,7 @@ from tornado.httputil import HTTPHeaders, format_timestamp
 from upgate import __version__
 from upgate.errors import GatewayError
 from upgate.handlers.guard import UNAUTHENTICATED_BODY_MAX, BodyGuard
+from upgate.billing import request_record
 from upgate.billing.ledger import store_unavailable
 from upgate.handlers.requests import BodyShape
 
@@ -195,9 +197,30 @@ class BaseHandler(BodyGuard, tornado.web.RequestHandler):
                   self.request.path, self.request_id, exc_info=(typ, value, tb))
 
     def on_finish(self) -> None:
+        if self._status_code >= 400 and self.key is not None and getattr(self, "record", None) is None:
+            self._keep_refused()  # (a served request pays one comparison here, nothing more)
         hook = getattr(self.ctx, "on_request_finished", None)
         if hook is not None:
             hook(self)
+
+    def _keep_refused(self) -> None:
+        """A refusal after the key was known, that no hold's settle or release recorded: keep its
+        small record (billing/request_record.py) so the customer's and the operator's lookups
+        find its X-Svc-Request-Id. One write, sent after the answer went out."""
+        key = self.key
+        rec = request_record.refused(
+            request_id=self.request_id, account_id=key.account_id, key_id=key.key_id,
+            key_prefix=key.prefix, route=self.request.path[:80], model=getattr(self, "model_id", None),
+            status=self._status_code, code=self.error.code if self.error else None,
+            stream=bool(getattr(self, "stream", False)),
+            duration_ms=round((time.monotonic() - self.started) * 1000))
+        task = asyncio.ensure_future(request_record.keep_refused(
+            self.ctx.redis, rec, sharded=self.ctx.ledger.sharded, keep_days=self.ctx.settings.request_log_days))
+        _WRITING.add(task)
+        task.add_done_callback(_WRITING.discard)
+
+
+_WRITING: set = set()  # refused records being written (a task needs a reference until it ends)
 
 
 class NotFoundHandler(BaseHandler):

@@ -13,8 +13,10 @@ from __future__ import annotations
 import orjson
 
 from upgate.billing import sizing
+from upgate.billing.ledger import Rejected
 from upgate.catalog.rules import check_allowed
 from upgate.errors import GatewayError
+from upgate.handlers import body_work
 from upgate.handlers.base import BaseHandler
 from upgate.handlers.proxy import ChatHandler
 from upgate.handlers.requests import parse_json, validate
@@ -57,17 +59,25 @@ class MessagesHandler(MessagesFace, ChatHandler):
     def message_id(self) -> str:
         return "msg_" + self.request_id.removeprefix("req_")
 
+    @property
+    def client_model(self) -> str:
+        """The model as the client named it (an alias such as `claude-opus-4-8` stays that)."""
+        return self.names.get(self.model_id, self.model_id) or ""
+
     def _answer_bytes(self, obj: dict) -> bytes:
-        return orjson.dumps(answer.from_chat(obj, obj.get("model") or self.model_id, self.message_id))
+        return orjson.dumps(answer.from_chat(obj, obj.get("model") or self.client_model, self.message_id))
 
     def _events(self) -> EventEncoder:
         if self._encoder is None:
-            estimate = sizing.prompt_tokens(self._chat) if self._chat is not None else 0
-            self._encoder = EventEncoder(self.model_id or "", self.message_id, estimate)
+            estimate = self._prompt(self._chat) if self._chat is not None else 0
+            self._encoder = EventEncoder(self.client_model, self.message_id, estimate)
         return self._encoder
 
     def _sse(self, obj: dict) -> bytes:
-        return self._events().chunk(obj)
+        encoder = self._events()
+        if not encoder.started:  # message_start: a native provider's real input count, where it sent one
+            encoder.start_usage(getattr(self._parser, "start_usage", None))
+        return encoder.chunk(obj)
 
     def _sse_end(self) -> bytes:
         return self._events().end()
@@ -76,9 +86,18 @@ class MessagesHandler(MessagesFace, ChatHandler):
         return self._events().error(errors.body(err))
 
 
+def _count(raw: bytes) -> tuple[dict, int]:
+    """A count_tokens body → (its chat body, the prompt estimate): body_work.py's part."""
+    body = parse_json(raw, shape_checked=True)
+    body.setdefault("max_tokens", 1)  # count_tokens takes none; the translation wants one
+    chat = to_chat(body)
+    return chat, sizing.prompt_tokens(chat)
+
+
 class CountTokensHandler(MessagesFace, BaseHandler):
     """An estimate of a Messages request's input tokens (the one the hold is sized by), without
-    going upstream: unbilled, not counted in rpm."""
+    going upstream: unbilled, but counted in the key's rpm window (one request, as on
+    /v1/messages; a full window is the same 429), before any of the body's work."""
 
     needs_key = True
     keep_body = True
@@ -87,15 +106,21 @@ class CountTokensHandler(MessagesFace, BaseHandler):
         raw = self.body_bytes()
         if self._finished or raw is None:
             return
-        body = parse_json(raw, shape_checked=True)
-        body.setdefault("max_tokens", 1)  # count_tokens takes none; the translation wants one
-        chat = to_chat(body)
+        ctx, key = self.ctx, self.key
+        try:
+            ctx.refusals.check_rate(key.key_id)  # known full: 429 from memory
+            rate = await ctx.ledger.rate_count(key.account_id, key.key_id, self.request_id)
+        except Rejected as e:
+            if e.rate is not None:
+                self.set_rate(e.rate)
+            ctx.refusals.note(key.key_id, key.account_id, e)
+            raise
+        self.set_rate(rate)
+        chat, tokens = await body_work.run(len(raw), _count, raw)
         if not isinstance(chat["model"], str) or not chat["model"]:
             raise GatewayError("invalid_request", "`model` must be a non-empty string.")
-        model = self.ctx.catalog.resolve(chat["model"])
+        model = ctx.catalog.resolve(chat["model"])
         if "chat" not in model.capabilities:
             raise GatewayError("invalid_request", f"Model {model.id} does not support messages.")
-        check_allowed(self.key.allowed_models, [model.id])
-        # X-RateLimit-* as on every keyed route, read without counting (DESIGN.md)
-        self.set_rate(await self.ctx.ledger.rate_peek(self.key.account_id, self.key.key_id))
-        self.write_json({"input_tokens": sizing.prompt_tokens(chat)})
+        check_allowed(key.allowed_models, [model.id])
+        self.write_json({"input_tokens": tokens})

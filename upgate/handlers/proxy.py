@@ -15,6 +15,7 @@ import redis.exceptions
 from upgate.billing import money, sizing
 from upgate.catalog.rules import check_allowed
 from upgate.errors import GatewayError
+from upgate.handlers import body_work
 from upgate.handlers.base import BaseHandler
 from upgate.handlers.failover import Failover
 from upgate.handlers.stream import CandidateFailed, StreamRelay
@@ -58,8 +59,10 @@ class ProxyHandler(Failover, StreamRelay, BaseHandler):
     billing = None  # "settled" | "released", for metrics
     free = False
     model_id = None  # the model the client asked for (its first, with a `models` list)
+    names: dict = {}  # catalog id → the alias the client asked for it by (answers name it)
     ttfb_ms = None  # request arrival → the answering provider's response headers
     record = None  # the request record (upgate/services/records.py) settle/release kept; the access log too
+    prompt_estimate: int | None = None  # the body's prompt tokens as sizing estimates them, once
 
     # ---- the request
     async def post(self) -> None:
@@ -79,8 +82,9 @@ class ProxyHandler(Failover, StreamRelay, BaseHandler):
                              (key.allowed_models is None or m.id in key.allowed_models)
                              for m in ctx.catalog.visible())
             await ctx.refusals.check_balance(ctx.redis, key.account_id, len(raw), free_model)
+        req = None
         try:
-            req = self._request(parse_json(raw, shape_checked=True))
+            req = await body_work.run(len(raw), self._understand, raw)
             self._body = []
             models = [ctx.catalog.resolve(m) for m in req.model_ids]
             for m in models:
@@ -89,11 +93,15 @@ class ProxyHandler(Failover, StreamRelay, BaseHandler):
             check_allowed(key.allowed_models, [m.id for m in models])  # (an alias checks as its model)
             self._check_cold(models)
         except GatewayError:
+            if req is not None and req.model_ids:  # the refused request's record names it
+                self.model_id = str(req.model_ids[0])[:200]
             await self._peek_rate(key)
             raise
         self.stream, self.model_id = req.stream, models[0].id
+        if any(m.id != name for m, name in zip(models, req.model_ids)):
+            self.names = {m.id: name for m, name in zip(models, req.model_ids)}
         free = all(m.free for m in models)
-        hold_micro = 0 if free else sizing.hold_micro(req.body, models)
+        hold_micro = 0 if free else sizing.hold_micro(req.body, models, prompt=self.prompt_estimate)
         alternative = None
         if free and (alt := ctx.catalog.alternative_for(models[0])) is not None:
             alternative = {
@@ -134,6 +142,20 @@ class ProxyHandler(Failover, StreamRelay, BaseHandler):
             if not self._billed:  # an unexpected error: never leave a hold behind
                 await self._release()
 
+    def _understand(self, raw: bytes):
+        """The body's work (body_work.py: off the loop when large): parse, translate and
+        validate it, and estimate its prompt once (the hold, the settle and a stream's
+        estimate all use that one number)."""
+        req = self._request(parse_json(raw, shape_checked=True))
+        self.prompt_estimate = sizing.prompt_tokens(req.body)
+        return req
+
+    def _prompt(self, body) -> int:
+        """The prompt's estimated tokens (computed by _understand; here for a body it never saw)."""
+        if self.prompt_estimate is None:
+            self.prompt_estimate = sizing.prompt_tokens(body)
+        return self.prompt_estimate
+
     async def _peek_rate(self, key) -> None:
         """The X-RateLimit-* values for an error before admit. Best effort: a store that does not
         answer must not turn the spec's 4xx into a 503; the headers are then left out."""
@@ -152,9 +174,9 @@ class ProxyHandler(Failover, StreamRelay, BaseHandler):
         if model.routed:
             model = model.via(route)  # names the route's provider and upstream model; same prices
         key_var, api_key = ctx.routes.pick_key(provider) if provider.pooled else (None, None)
-        payload = prepare_body(req.body, provider.dialect, model.upstream_model, req.stream,
-                               path=self.PATH)
-        call = self._call = ctx.upstream.open(provider.url(self.PATH), payload,
+        dialect, path = self._wire(provider)
+        payload = prepare_body(req.body, dialect, model.upstream_model, req.stream, path=path)
+        call = self._call = ctx.upstream.open(provider.url(path), payload,
                                               self._upstream_headers(provider, provider.headers(api_key)))
         self._attempt = (model.provider, time.monotonic())
         try:
@@ -220,10 +242,10 @@ class ProxyHandler(Failover, StreamRelay, BaseHandler):
             raise CandidateFailed(GatewayError("upstream_error", body_error_message(
                 obj["error"], self.ctx.providers.get(model.provider), model)))
         usage = obj.get("usage") if isinstance(obj.get("usage"), dict) else {}
-        prompt = tokens_or(usage.get("prompt_tokens"), sizing.prompt_tokens(body))
+        prompt = tokens_or(usage.get("prompt_tokens"), self._prompt(body))
         completion = tokens_or(usage.get("completion_tokens"), estimate_tokens(chars_output(obj, "message")))
         await self._settle(model, body, prompt, completion, usage)
-        as_ours(obj, model)
+        as_ours(obj, model, self.names.get(model.id))
         self._add_meta(obj, model)
         self.finish(self._answer_bytes(obj))
 
@@ -308,6 +330,11 @@ class ProxyHandler(Failover, StreamRelay, BaseHandler):
         """The provider's request headers in its dialect (a Messages client adds its
         anthropic-beta)."""
         return request_headers(provider.dialect, headers)
+
+    def _wire(self, provider) -> tuple[str, str]:
+        """(dialect, path) a request of this route goes to `provider` in (handlers/responses.py
+        sends a Responses request as it is to a provider that speaks that API)."""
+        return provider.dialect, self.PATH
 
     def _dialect(self, model) -> str:
         provider = self.ctx.providers.get(model.provider)

@@ -12,7 +12,6 @@ from collections import deque
 import orjson
 import tornado.iostream
 
-from upgate.billing import sizing
 from upgate.errors import GatewayError
 from upgate.billing.output_count import as_list, as_ours, chars_output, estimate_tokens, usage_tokens
 from upgate.upstream import sse
@@ -47,6 +46,8 @@ class StreamRelay:
     """Uses ProxyHandler's state (hold, key, answered, _call, _gone, ...) and its _settle,
     _add_meta and _attempt_over."""
 
+    _parser = None  # the answering provider's stream parser (a Messages client reads its first usage)
+
     def _open_sse(self) -> None:
         if self._sse_open:
             return
@@ -75,7 +76,7 @@ class StreamRelay:
         report it on every chunk, and the first is not the bill. The client's headers go out
         with the first event (or the first keep-alive): a provider that answers 200 and then
         fails before any event is a failed candidate, and the next `models` entry is tried."""
-        parser = stream_parser(self._dialect(model))
+        parser = self._parser = stream_parser(self._dialect(model))
         # The gateway asked upstream for usage on the client's behalf; a client that did not ask
         # must not get a chunk with empty `choices` (common code indexes choices[0]).
         meta = self._meta
@@ -87,6 +88,7 @@ class StreamRelay:
         chars = 0  # of content the client was sent: what a cut stream is billed for
         last: dict = {}  # the last chunk relayed: a usage chunk of our own copies its id
         pending = 0  # bytes in the backlog, about (its events' payloads)
+        name = self.names.get(model.id)  # the alias the client asked by, if it did
 
         def relay_now(data: bytes) -> bool:
             nonlocal chars, last, pending
@@ -112,7 +114,7 @@ class StreamRelay:
                 n_chars += chars_output(obj, "delta")
                 if not self._generated and _finishes(payload, obj):
                     self._generated = True
-                as_ours(obj, model)
+                as_ours(obj, model, name)
                 sent.append(self._sse(obj))
                 last = obj
             if sent:
@@ -130,7 +132,7 @@ class StreamRelay:
 
         def send(obj: dict) -> int:
             nonlocal last
-            as_ours(obj, model)
+            as_ours(obj, model, name)
             event = self._sse(obj)
             if not self._sse_open:
                 self._open_sse()  # the headers leave with the first event
@@ -227,14 +229,14 @@ class StreamRelay:
             await self._cut(model, body, chars, None, usage)
             return
         if usage is not None:
-            await self._settle(model, body, *usage_tokens(usage, body, chars), usage)
+            await self._settle(model, body, *usage_tokens(usage, self._prompt(body), chars), usage)
             if held is None and meta:  # its usage chunk went out before content that followed
                 held = self._usage_chunk(model, last, usage)
             if held is not None and relay_usage:
                 self._add_meta(held, model)
                 send(held)
         elif not self._billed:  # the provider sent no usage: estimate from what was relayed
-            prompt, completion = sizing.prompt_tokens(body), estimate_tokens(chars)
+            prompt, completion = self._prompt(body), estimate_tokens(chars)
             await self._settle(model, body, prompt, completion)
             if relay_usage:  # the client asked for usage (or meta): it gets the estimate, marked so
                 chunk = self._usage_chunk(model, last, {
@@ -265,7 +267,7 @@ class StreamRelay:
         """A usage chunk of our own, shaped like the stream's last chunk."""
         return {"id": last.get("id") or "gen-" + self.request_id,
                 "object": last.get("object") or "chat.completion.chunk",
-                "created": last.get("created") or int(time.time()), "model": model.id,
+                "created": last.get("created") or int(time.time()), "model": self.names.get(model.id, model.id),
                 "provider": model.provider, "choices": [], "usage": usage}
 
     async def _cut(self, model, body, chars: int, error: Exception | None, usage: dict | None) -> None:
@@ -275,9 +277,9 @@ class StreamRelay:
             code = CLIENT_CLOSED[1] if self._gone else "upstream_timeout" \
                 if isinstance(error, UpstreamTimeout) else "upstream_error"
             if usage is not None:
-                await self._settle(model, body, *usage_tokens(usage, body, chars), usage, code=code)
+                await self._settle(model, body, *usage_tokens(usage, self._prompt(body), chars), usage, code=code)
             elif chars:
-                await self._settle(model, body, sizing.prompt_tokens(body), estimate_tokens(chars), code=code)
+                await self._settle(model, body, self._prompt(body), estimate_tokens(chars), code=code)
             else:
                 await self._release(credit_free=True, outcome=(CLIENT_CLOSED[0] if self._gone else 200, code))
         if self._gone or self._finished:

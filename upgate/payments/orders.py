@@ -28,14 +28,17 @@ class UnknownOrder(NotFound):
     """No such order (or, for a customer, not theirs: the same answer)."""
 
     field = "order"
+    reason = "order_unknown"
 
 
 class InvalidStatus(AccountError):
     field = "status"
+    reason = "invalid"
 
 
 class InvalidCursor(AccountError):
     field = "cursor"
+    reason = "cursor_invalid"
 
 
 def new_id() -> str:
@@ -146,6 +149,21 @@ def open_orders(client, limit: int = 1000) -> list[tuple[str, str]]:
     for raw in client.zrange(keyspace.PAYMENTS_OPEN, 0, limit - 1):
         acct, _, order_id = store.text(raw).partition("|")
         out.append((acct, order_id))
+    return out
+
+
+def open_fairly(client, per_account: int, scan: int = 20_000) -> list[tuple[str, str]]:
+    """The open orders a reconciliation pass verifies: at most `per_account` of each account,
+    its oldest first; every account's first before any account's second, and so on (one
+    account's thousand orders cannot push another's paid one out of the pass)."""
+    by_account: dict[str, list[str]] = {}
+    for acct, order_id in open_orders(client, scan):
+        mine = by_account.setdefault(acct, [])
+        if len(mine) < per_account:
+            mine.append(order_id)
+    out = []
+    for rank in range(per_account):
+        out += [(acct, ids[rank]) for acct, ids in by_account.items() if len(ids) > rank]
     return out
 
 

@@ -10,17 +10,18 @@ import uuid
 from dataclasses import dataclass
 
 from upgate.billing import jalali, money
+from upgate.i18n import numbers
+from upgate.errors import Reasoned
 from upgate.services import phones
 from upgate.store import connection as store
 
 PHONE = phones.E164  # the stored form
 MAX_FREE_QUOTA = 1_000_000_000  # requests per day; anything larger is a typo
-_PLAIN_AMOUNT = re.compile(r"^[+-]?[0-9]+(?:\.[0-9]+)?$")
 
 
 # ---- errors -----------------------------------------------------------------------------------
 
-class AccountError(ValueError):
+class AccountError(Reasoned):
     """A refused account operation. The message is one line meant for the operator;
     nothing was written. `field`: the API field at fault, where one is."""
 
@@ -31,27 +32,34 @@ class NotFound(AccountError):
     """An id that names nothing (an account, an order …): `not_found` on every face
     (upgate/services/refusals.py). A face's own nouns subclass it."""
 
+    reason = "not_found"
+
 
 class UnknownAccount(NotFound):
     """No account has this id."""
+
+    reason = "account_unknown"
 
 
 class InvalidPhone(AccountError):
     """A phone number is in no spelling services/phones.py accepts."""
 
     field = "phone"
+    reason = "phone_invalid"
 
 
 class PhoneInUse(AccountError):
     """Another account already has this phone (a phone belongs to at most one account)."""
 
     field = "phone"
+    reason = "phone_in_use"
 
 
 class BalanceOutOfRange(AccountError):
     """The balance would pass +/- 2^53 micro-toman (the exact range of Lua numbers)."""
 
     field = "amount_toman"
+    reason = "amount_range"
 
 
 class InvalidAmount(AccountError):
@@ -65,27 +73,33 @@ class InvalidQuota(AccountError):
     """A free quota is not a whole number from 0 to MAX_FREE_QUOTA."""
 
     field = "free_quota_per_day"
+    reason = "quota_range"
 
 
 class InvalidCursor(AccountError):
     """A listing cursor is not one this service handed out."""
 
     field = "cursor"
+    reason = "cursor_invalid"
 
 
 # ---- pure helpers -----------------------------------------------------------------------------
 
 def parse_amount(text: str, *, allow_negative: bool = False, what: str = "amount") -> int:
-    """Operator text in toman → integer micro-toman. Only plain decimal notation ("1500",
-    "-20.5", "0.000001"); refuses "abc", "1e3", "nan", "1,000", more than six fractional
-    digits and anything beyond 2^53 micro-toman, with an `InvalidAmount` naming the value."""
-    if not isinstance(text, str) or not _PLAIN_AMOUNT.match(text.strip()):
-        raise InvalidAmount(f"{what} must be a plain decimal number of toman "
-                            f"(like 1500 or 1500.25), got {text!r}")
+    """Text in toman → integer micro-toman, read by `numbers.plain_number` (ASCII, Persian or
+    Arabic-Indic digits, thousands separators: "1500", "-20.5", "۱٬۵۰۰", "1,000"); refuses
+    "abc", "1e3", "nan", "¹⁰", more than six fractional digits and anything beyond 2^53
+    micro-toman, with an `InvalidAmount` naming the value."""
     try:
-        return money.parse_toman(text.strip(), allow_negative=allow_negative)
+        plain = numbers.plain_number(text, negative=True)
+    except numbers.NumberError:
+        shown = text[:numbers.MAX_NUMBER_CHARS] if isinstance(text, str) else text
+        raise InvalidAmount(f"{what} must be a plain decimal number of toman "
+                            f"(like 1500 or 1500.25), got {shown!r}", reason="amount_malformed") from None
+    try:
+        return money.parse_toman(plain, allow_negative=allow_negative)
     except money.AmountError as e:
-        raise InvalidAmount(f"{what}: {e}") from None
+        raise InvalidAmount(f"{what}: {e}", reason="amount_malformed") from None
 
 
 def check_phone(phone: str) -> str:
@@ -166,15 +180,37 @@ def account_object(view: dict, default_quota: int, *, old_names: bool = False) -
 
 def check_low_balance(micro) -> int:
     if isinstance(micro, bool) or not isinstance(micro, int) or not 0 <= micro <= money.MAX_MICRO:
-        raise InvalidAmount("low_balance_toman must be a toman amount from 0 to 2^53 micro-toman")
+        raise InvalidAmount("low_balance_toman must be a toman amount from 0 to 2^53 micro-toman",
+                            reason="amount_range")
     return micro
+
+
+MAX_REASON = 500  # characters of a suspension's reason
+
+
+class InvalidReason(AccountError):
+    field = "reason"
+    reason = "reason_too_long"
+
+
+def check_reason(text) -> str | None:
+    """A suspension's or resumption's reason: optional text of at most MAX_REASON characters,
+    one line (it goes into a webhook and the audit); blank = none."""
+    if text is None:
+        return None
+    if not isinstance(text, str) or len(text) > MAX_REASON:
+        raise InvalidReason(f"reason must be text of at most {MAX_REASON} characters", high=MAX_REASON)
+    text = " ".join(text.split())
+    if not text.isprintable():
+        raise InvalidReason("reason must be printable text", reason="text_control")
+    return text or None
 
 
 def check_free_quota(n) -> int | None:
     """A daily free quota: None (the deployment default) or a whole number 0..MAX_FREE_QUOTA."""
     if n is not None and (isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= MAX_FREE_QUOTA):
         raise InvalidQuota(f"free_quota_per_day must be a whole number from 0 to {MAX_FREE_QUOTA} "
-                           f"(or default), got {n!r}")
+                           f"(or default), got {n!r}", high=MAX_FREE_QUOTA)
     return n
 
 
@@ -183,10 +219,11 @@ def parse_free_quota(text) -> int | None:
     stripped = text.strip() if isinstance(text, str) else ""
     if stripped == "default":
         return None
-    if not (stripped.isascii() and stripped.isdigit() and len(stripped) <= 12):
+    try:
+        return check_free_quota(numbers.whole(stripped))
+    except numbers.NumberError:
         raise InvalidQuota(f"free_quota_per_day must be a whole number from 0 to {MAX_FREE_QUOTA} "
-                           f"(or default), got {text!r}")
-    return check_free_quota(int(stripped))
+                           f"(or default), got {text!r}", high=MAX_FREE_QUOTA) from None
 
 
 def parse_low_balance(text) -> int | None:
@@ -206,11 +243,13 @@ class InvalidMonth(AccountError):
     """A month is not a Jalali YYYY-MM, or is outside what a statement can cover."""
 
     field = "month"
+    reason = "month_malformed"
 
 
 def check_month(text) -> str:
     """The month as "YYYY-MM" when it is a real Jalali month, else `InvalidMonth`."""
     m = MONTH.match(text.strip()) if isinstance(text, str) else None
     if not m or not 1 <= int(m.group(2)) <= 12 or not 1300 <= int(m.group(1)) <= 1500:
-        raise InvalidMonth(f"month must be a Jalali month YYYY-MM (like 1405-09), got {text!r}")
+        raise InvalidMonth(f"month must be a Jalali month YYYY-MM (like 1405-09), got {text!r}",
+                           reason="month_malformed")
     return m.group(0)

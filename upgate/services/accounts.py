@@ -33,7 +33,7 @@ from upgate.store import connection as store, keyspace
 from upgate.services import phone_index
 from upgate.services.account_rules import (  # noqa: F401  (the rules are part of this module's API)
     account_object, AccountError, AccountInfo, BalanceOutOfRange, check_free_quota, check_low_balance,
-    check_phone, InvalidAmount, InvalidCursor, InvalidPhone, InvalidQuota, mask_phone,
+    check_phone, check_reason, InvalidAmount, InvalidReason, MAX_REASON, InvalidCursor, InvalidPhone, InvalidQuota, mask_phone,
     MAX_FREE_QUOTA, normalize_id, parse_amount, parse_free_quota, parse_low_balance, PHONE, PhoneInUse,
     UnknownAccount,
 )
@@ -98,9 +98,9 @@ def create_account(client, phone: str, balance_micro: int = 0, *, actor: str = "
 
     phone = check_phone(phone)
     if isinstance(balance_micro, bool) or not isinstance(balance_micro, int):
-        raise InvalidAmount("the opening balance must be an integer of micro-toman")
+        raise InvalidAmount("the opening balance must be an integer of micro-toman", reason="amount_malformed")
     if balance_micro < 0:
-        raise InvalidAmount("the opening balance must not be negative (use adjust afterwards)")
+        raise InvalidAmount("the opening balance must not be negative (use adjust afterwards)", reason="amount_negative")
     try:
         money.check_range(balance_micro)
     except money.AmountError as e:
@@ -138,34 +138,44 @@ def topup(client, account_id: str, amount_micro: int) -> int:
     from upgate.services import transactions
 
     if isinstance(amount_micro, bool) or not isinstance(amount_micro, int):
-        raise InvalidAmount("a top-up must be an integer of micro-toman")
+        raise InvalidAmount("a top-up must be an integer of micro-toman", reason="amount_malformed")
     if abs(amount_micro) > money.MAX_MICRO:
         raise BalanceOutOfRange("amount beyond 2^53 micro-toman (about 9,007,199,254 toman) is refused")
     result = transactions.topup(client, account_id, money.fmt(amount_micro))
     return money.parse_toman(result["balance_toman"], allow_negative=True)
 
 
-def _suspension(client, account_id: str, suspend: bool) -> bool:
-    """Set or lift the suspension and record its webhook event in one step (lua/suspend.lua),
-    then tell every node (pub/sub). True when the state changed."""
+def _suspension(client, account_id: str, suspend: bool, reason: str | None = None,
+                actor: str | None = None) -> bool:
+    """Set or lift the suspension and record its webhook event (with the reason) in one step
+    (lua/suspend.lua), then tell every node (pub/sub) and, when `actor` is given (an operator's
+    action), write the admin log's entry. True when the state changed."""
     acct = normalize_id(account_id)
+    reason = check_reason(reason)
     keys = [keyspace.wallet(acct), *keyspace.outbox_keys(acct, is_cluster(client))]
-    changed = int(store.script("suspend").call_sync(client, keys, [acct, "1" if suspend else "0", 0]))
+    changed = int(store.script("suspend").call_sync(client, keys, [acct, "1" if suspend else "0", 0, reason or ""]))
     if changed < 0:
         raise UnknownAccount(f"unknown account {acct}")
     client.publish(keyspace.CHANNEL, orjson.dumps({"t": "account", "id": acct}))
+    if actor is not None:
+        from upgate.services import admin_log
+
+        was, now = ("active", "suspended") if suspend else ("suspended", "active")
+        admin_log.record(client, actor, "account.suspend" if suspend else "account.resume", acct,
+                         before={"status": was} if changed else None, after={"status": now} if changed else None,
+                         note=reason, detail={"changed": changed == 1})
     return changed == 1
 
 
-def suspend(client, account_id: str) -> bool:
+def suspend(client, account_id: str, reason: str | None = None, *, actor: str | None = None) -> bool:
     """Suspend the account: its requests get 403 account_suspended from the next one on.
     Returns False when it already was suspended (the call is idempotent)."""
-    return _suspension(client, account_id, True)
+    return _suspension(client, account_id, True, reason, actor)
 
 
-def resume(client, account_id: str) -> bool:
+def resume(client, account_id: str, reason: str | None = None, *, actor: str | None = None) -> bool:
     """Lift a suspension. Returns False when the account was not suspended."""
-    return _suspension(client, account_id, False)
+    return _suspension(client, account_id, False, reason, actor)
 
 
 def set_free_quota(client, account_id: str, n: int | None) -> None:
@@ -276,10 +286,7 @@ def update(client, account_id: str, *, free_quota=UNSET, low_balance_micro=UNSET
     """Change the daily free quota (None = the deployment default) and/or the low-balance
     threshold (None = no alert) in one atomic write; both are checked before anything is."""
     steps, event = [], None
-    if free_quota is not UNSET:
-        check_free_quota(free_quota)
-    if low_balance_micro not in (UNSET, None):
-        check_low_balance(low_balance_micro)
+    check_update(free_quota=free_quota, low_balance_micro=low_balance_micro)
     acct = _require(client, account_id)
     w = keyspace.wallet(acct)
     for field, value in (("free_quota", free_quota), ("low_balance", low_balance_micro)):
@@ -293,6 +300,14 @@ def update(client, account_id: str, *, free_quota=UNSET, low_balance_micro=UNSET
         atomic_write(client, [lambda p: [s(p) for s in steps]], event=event)
 
 
+def check_update(*, free_quota=UNSET, low_balance_micro=UNSET) -> None:
+    """`update`'s checks alone (a face that makes several changes checks them all first)."""
+    if free_quota is not UNSET:
+        check_free_quota(free_quota)
+    if low_balance_micro not in (UNSET, None):
+        check_low_balance(low_balance_micro)
+
+
 def page(client, *, phone: str | None = None, cursor: str | None = None,
          limit: int = 50) -> tuple[list[dict], str | None]:
     """One page of accounts ordered by id, after `cursor` (the last id of the previous page);
@@ -300,7 +315,8 @@ def page(client, *, phone: str | None = None, cursor: str | None = None,
     but only the page's wallets; with `phone` it reads wallets 500 at a time until the page
     is full."""
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= PAGE_MAX:
-        raise InvalidCursor(f"limit must be a whole number from 1 to {PAGE_MAX}, got {limit!r}")
+        raise InvalidCursor(f"limit must be a whole number from 1 to {PAGE_MAX}, got {limit!r}",
+                            reason="limit_range", high=PAGE_MAX)
     if phone is not None:
         phone = check_phone(phone)
     if cursor is not None:
@@ -335,10 +351,11 @@ def create(client, phone: str, balance_micro: int, default_quota: int, *, actor:
                old_names=old_names)
 
 
-def set_status(client, account_id: str, suspended: bool, default_quota: int, *,
-               old_names: bool = False) -> tuple[dict, bool]:
-    """Suspend or resume; (the account object after it, whether anything changed)."""
-    changed = (suspend if suspended else resume)(client, account_id)
+def set_status(client, account_id: str, suspended: bool, default_quota: int, *, reason: str | None = None,
+               actor: str = "cli", old_names: bool = False) -> tuple[dict, bool]:
+    """Suspend or resume (with the operator's reason, in the audit and the webhook); (the
+    account object after it, whether anything changed)."""
+    changed = (suspend if suspended else resume)(client, account_id, reason, actor=actor)
     return get(client, account_id, default_quota, old_names=old_names), changed
 
 

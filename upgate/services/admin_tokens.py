@@ -32,6 +32,7 @@ import orjson
 from upgate.store import connection as store, keyspace
 from upgate.services.accounts import atomic_write
 from upgate.services.keys import digest
+from upgate.errors import Reasoned
 
 TOKEN_PREFIX = "upa_"
 TOKEN_BODY_LENGTH = 40
@@ -40,7 +41,7 @@ _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 ALPHABET = string.ascii_letters + string.digits
 
 
-class AdminTokenError(ValueError):
+class AdminTokenError(Reasoned):
     """A refused admin-token operation: one line for the operator; nothing was written."""
 
     field = "name"
@@ -49,17 +50,25 @@ class AdminTokenError(ValueError):
 class InvalidTokenName(AdminTokenError):
     """A name is not 1 to 64 characters of letters, digits, `_`, `.` or `-`."""
 
+    reason = "token_name_invalid"
+
 
 class TokenNameTaken(AdminTokenError):
     """A live token already has this name."""
+
+    reason = "token_name_taken"
 
 
 class UnknownToken(AdminTokenError):
     """No live token has this name."""
 
+    reason = "token_unknown"
+
 
 class PepperMissing(AdminTokenError):
     """No HMAC pepper to hash a token with."""
+
+    reason = "pepper_missing"
 
     field = None
 

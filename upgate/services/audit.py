@@ -6,17 +6,18 @@ balance change. A balance changed any other way (a stray HINCRBY, a restored bac
 a bug) breaks the equation and is named here. `deep=True` also checks credited == Σ of the
 transaction log (a log edited or lost behind the scripts' back).
 
-Cost: the account set is read with SSCAN, BATCH accounts at a time, and each batch's wallets
-with one pipeline of HMGETs (one round trip per batch; on a Redis Cluster redis-py sends each
-node its part at once). An account seen for the first time since transactions began to be
-recorded (no `credited`) is migrated first (lua/credit.lua, mode "migrate"). Mismatches are read
-again in one consistent snapshot (lua/statement.lua) before they are reported, so a top-up or a
-charge landing between two reads is never reported. Measured numbers: docs/money.md.
+The audit only reads. Cost: the account set is read with SSCAN, BATCH accounts at a time, and
+each batch's wallets with one pipeline of HMGETs (one round trip per batch; on a Redis Cluster
+redis-py sends each node its part at once). An account from before transactions were recorded
+(no `credited`) cannot be judged: it is counted in `unmigrated` (`upgate-admin migrate` gives it
+its opening transaction). Mismatches are read again in one consistent snapshot
+(lua/statement.lua) before they are reported, so a top-up or a charge landing between two reads
+is never reported. Measured numbers: docs/money.md.
 """
 from __future__ import annotations
 
 from upgate.billing import money
-from upgate.services import phone_index, transactions
+from upgate.services import phone_index
 from upgate.store import connection as store, keyspace
 
 BATCH = 1000
@@ -47,17 +48,14 @@ def _expected(w, log, deep: bool) -> tuple[int, int] | None:
     return balance, expected
 
 
-def _check(client, ids: list[str], deep: bool) -> list[dict]:
-    """The mismatches among `ids`, migrating those never seen before."""
+def _check(client, ids: list[str], deep: bool) -> tuple[list[dict], int]:
+    """(the mismatches among `ids`, how many of them are from before transactions)."""
     reads = _read(client, ids, deep)
-    fresh = [acct for acct, r in zip(ids, reads) if r[0][0] is not None and r[0][1] is None]
-    for acct in fresh:
-        transactions.migrate(client, acct)
-    if fresh:
-        again = dict(zip(fresh, _read(client, fresh, deep)))
-        reads = [again.get(acct, r) for acct, r in zip(ids, reads)]
+    unmigrated = sum(1 for r in reads if r[0][0] is not None and r[0][1] is None)
     suspects = []
     for acct, r in zip(ids, reads):
+        if r[0][1] is None:  # no wallet, or not migrated: nothing to judge it by
+            continue
         got = _expected(r[0], r[1] if deep else (), deep)
         if got is not None and got[0] != got[1]:
             suspects.append(acct)
@@ -65,37 +63,42 @@ def _check(client, ids: list[str], deep: bool) -> list[dict]:
     for acct in suspects:  # confirm from one consistent snapshot
         snap = store.script("statement").call_sync(
             client, [keyspace.wallet(acct), keyspace.transactions(acct)], [keyspace.usage(acct, "")])
-        if int(snap[0]) == 0:
+        if int(snap[0]) == 0 or snap[2] in (None, b"", ""):
             continue
-        got = _expected((snap[1], snap[2] or None, snap[3]), snap[4], deep)
+        got = _expected((snap[1], snap[2], snap[3]), snap[4], deep)
         if got is not None and got[0] != got[1]:
             out.append({"account_id": acct, "balance_toman": money.fmt(got[0]),
                         "expected_toman": money.fmt(got[1])})
-    return out
+    return out, unmigrated
 
 
 def run(client, *, deep: bool = False, batch: int = BATCH) -> dict:
-    """Check every account: {"accounts": N, "mismatches": [{account_id, balance_toman,
-    expected_toman}], "duplicate_phones": [{phone, account_ids}], "payment_mismatches":
-    [{account_id, order_id, ref, problem}] (upgate/payments/audit.py)}. Also (re)builds the index
-    phone → account (services/phone_index.py), which migrates accounts made before it."""
+    """Check every account, writing nothing: {"accounts": N, "mismatches": [{account_id,
+    balance_toman, expected_toman}], "duplicate_phones": [{phone, account_ids}] (phones several
+    accounts hold), "payment_mismatches": [{account_id, order_id, ref, problem}]
+    (upgate/payments/audit.py), "unmigrated": N (accounts `upgate-admin migrate` has not yet
+    brought to this release's form: not judged)}."""
     from upgate.payments import audit as payments_audit
 
-    count, mismatches, ids, every, payments = 0, [], [], [], []
+    count, unmigrated, mismatches, every, payments = 0, 0, [], [], []
+    ids: list[str] = []
+
+    def check(ids: list[str]) -> None:
+        nonlocal count, unmigrated, mismatches, payments
+        bad, old = _check(client, ids, deep)
+        mismatches += bad
+        unmigrated += old
+        payments += payments_audit.check(client, ids)
+        count += len(ids)
+        every.extend(ids)
+
     for raw in client.sscan_iter(keyspace.ACCOUNTS, count=batch):
         ids.append(store.text(raw))
         if len(ids) >= batch:
-            mismatches += _check(client, ids, deep)
-            payments += payments_audit.check(client, ids)
-            count += len(ids)
-            every += ids
+            check(ids)
             ids = []
     if ids:
-        mismatches += _check(client, ids, deep)
-        payments += payments_audit.check(client, ids)
-        count += len(ids)
-        every += ids
+        check(ids)
     mismatches.sort(key=lambda m: m["account_id"])
-    duplicates = phone_index.rebuild(client, every)
-    return {"accounts": count, "mismatches": mismatches, "duplicate_phones": duplicates,
-            "payment_mismatches": payments}
+    return {"accounts": count, "mismatches": mismatches, "duplicate_phones": phone_index.duplicates(client, every),
+            "payment_mismatches": payments, "unmigrated": unmigrated}

@@ -18,6 +18,8 @@ import orjson
 
 from upgate.billing import jalali, money
 from upgate.catalog import rules as catalog
+from upgate.i18n import numbers
+from upgate.errors import Reasoned
 from upgate.services.account_rules import parse_amount
 from upgate.store import connection as store
 
@@ -30,13 +32,15 @@ _KEY_SHAPE = re.compile(r"sk-up-[A-Za-z0-9]{40}")
 KEY_ID_SHAPE = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 RPM_MIN, RPM_MAX, RPM_DEFAULT = 1, 600, 60
+MAX_EXPIRY_YEARS = 10  # a key's expiry is at most this far ahead (every face; docs/security.md)
+_MAX_EXPIRY_MS = MAX_EXPIRY_YEARS * 365 * 86_400_000
 NAME_MAX = 100
 MAX_ALLOWED_MODELS = 1_000
 
 
 # ---- errors -----------------------------------------------------------------------------------
 
-class KeyAdminError(ValueError):
+class KeyAdminError(Reasoned):
     """A refused key operation. The message is one line meant for the operator; nothing was
     written. (Unknown accounts raise `accounts.UnknownAccount`, also a ValueError.)"""
 
@@ -49,13 +53,19 @@ class InvalidKeySetting(KeyAdminError):
 class UnknownKey(KeyAdminError):
     """No key has this id (or it belongs to another account than the one named)."""
 
+    reason = "key_unknown"
+
 
 class KeyRevoked(KeyAdminError):
     """The key is revoked; revoked keys never return, so it cannot be changed."""
 
+    reason = "key_revoked"
+
 
 class PepperMissing(KeyAdminError):
     """No HMAC pepper to hash a new key with."""
+
+    reason = "pepper_missing"
 
 
 # ---- format and hashing (pure) -----------------------------------------------------------------
@@ -86,16 +96,18 @@ def display(prefix: str, last4: str) -> str:
 
 def check_rpm(rpm) -> int:
     if isinstance(rpm, bool) or not isinstance(rpm, int) or not RPM_MIN <= rpm <= RPM_MAX:
-        raise InvalidKeySetting(f"rate_limit_rpm must be a whole number from {RPM_MIN} to {RPM_MAX}, got {rpm!r}")
+        raise InvalidKeySetting(f"rate_limit_rpm must be a whole number from {RPM_MIN} to {RPM_MAX}, got {rpm!r}",
+                                 reason="rpm_range", low=RPM_MIN, high=RPM_MAX)
     return rpm
 
 
 def parse_rpm(text: str) -> int:
     """Operator text → rpm (1..600)."""
-    stripped = text.strip() if isinstance(text, str) else ""
-    if not re.fullmatch(r"[0-9]{1,6}", stripped):
-        raise InvalidKeySetting(f"rate_limit_rpm must be a whole number from {RPM_MIN} to {RPM_MAX}, got {text!r}")
-    return check_rpm(int(stripped))
+    try:
+        return check_rpm(numbers.whole(text))
+    except numbers.NumberError:
+        raise InvalidKeySetting(f"rate_limit_rpm must be a whole number from {RPM_MIN} to {RPM_MAX}, "
+                                f"got {text!r}", reason="rpm_range", low=RPM_MIN, high=RPM_MAX) from None
 
 
 def parse_monthly_limit(text: str) -> int:
@@ -106,12 +118,13 @@ def parse_monthly_limit(text: str) -> int:
 
 def check_monthly_limit(micro) -> int:
     if isinstance(micro, bool) or not isinstance(micro, int):
-        raise InvalidKeySetting("the monthly limit must be an integer of micro-toman")
+        raise InvalidKeySetting("the monthly limit must be an integer of micro-toman", reason="amount_malformed")
     if micro < 0:
-        raise InvalidKeySetting("the monthly limit must not be negative")
+        raise InvalidKeySetting("the monthly limit must not be negative", reason="amount_negative")
     if micro > money.MAX_MICRO:
         raise InvalidKeySetting("a monthly limit beyond 2^53 micro-toman "
-                                "(about 9,007,199,254 toman) is refused")
+                                "(about 9,007,199,254 toman) is refused",
+                                reason="amount_too_large", high_micro=money.MAX_MICRO)
     return micro
 
 
@@ -120,18 +133,19 @@ def check_models(models) -> list[str]:
     ``<provider>/<model>`` ids, with an optional ``:free``, ``:batch`` or ``:online`` suffix
     (the catalog's own rule, `catalog.valid_id`). Duplicates are dropped, order kept."""
     if isinstance(models, str) or not isinstance(models, (list, tuple, set, frozenset)):
-        raise InvalidKeySetting("allowed models must be a list of model ids")
+        raise InvalidKeySetting("allowed models must be a list of model ids", reason="models_malformed")
     if len(models) > MAX_ALLOWED_MODELS:  # checked before any id: each key record carries the list
-        raise InvalidKeySetting(f"allowed models name at most {MAX_ALLOWED_MODELS:,} ids, got {len(models):,}")
+        raise InvalidKeySetting(f"allowed models name at most {MAX_ALLOWED_MODELS:,} ids, got {len(models):,}",
+                                 reason="models_too_many", high=MAX_ALLOWED_MODELS)
     for m in models:
         if not isinstance(m, str) or not catalog.valid_id(m):
             raise InvalidKeySetting(
                 f"malformed model id {m!r}: expected lowercase <provider>/<model> with an "
-                "optional :free, :batch or :online suffix")
+                "optional :free, :batch or :online suffix", reason="model_malformed", model=str(m)[:80])
     out = list(dict.fromkeys(models))  # (a list's `in` made this quadratic: 50,000 ids took seconds)
     if not out:
         raise InvalidKeySetting("allowed models must name at least one model "
-                                "(leave it out, or use --all-models, to allow every model)")
+                                "(leave it out, or use --all-models, to allow every model)", reason="models_empty")
     return out
 
 
@@ -142,11 +156,16 @@ def parse_models(text: str) -> list[str]:
 
 def check_expires(expires_at_ms, now_ms: int | None = None) -> int:
     if isinstance(expires_at_ms, bool) or not isinstance(expires_at_ms, int):
-        raise InvalidKeySetting("the expiry must be an integer of unix milliseconds")
+        raise InvalidKeySetting("the expiry must be an integer of unix milliseconds", reason="date_malformed")
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
     if expires_at_ms <= now_ms:
         raise InvalidKeySetting("the expiry is in the past: "
-                                f"{iso_ms(expires_at_ms)} (now is {iso_ms(now_ms)})")
+                                f"{iso_ms(expires_at_ms)} (now is {iso_ms(now_ms)})",
+                                reason="expiry_past", when_ms=expires_at_ms)
+    if expires_at_ms > now_ms + _MAX_EXPIRY_MS:  # (9999-12-31 was stored, then broke every page)
+        raise InvalidKeySetting(f"the expiry must be within {MAX_EXPIRY_YEARS} years, "
+                                f"before {iso_ms(now_ms + _MAX_EXPIRY_MS)}",
+                                reason="expiry_too_far", years=MAX_EXPIRY_YEARS)
     return expires_at_ms
 
 
@@ -157,7 +176,7 @@ def parse_expires(text: str, now_ms: int | None = None) -> int:
         moment = datetime.fromisoformat(text.strip())
     except (ValueError, AttributeError, TypeError):
         raise InvalidKeySetting(f"not an ISO 8601 date or time: {text!r} "
-                                "(like 2027-03-20 or 2027-03-20T12:00:00Z)") from None
+                                "(like 2027-03-20 or 2027-03-20T12:00:00Z)", reason="date_malformed") from None
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=timezone.utc)
     return check_expires(int(moment.timestamp() * 1000), now_ms)
@@ -168,12 +187,12 @@ def check_name(name) -> str | None:
     if name is None:
         return None
     if not isinstance(name, str):
-        raise InvalidKeySetting("the name must be text")
+        raise InvalidKeySetting("the name must be text", reason="name_malformed")
     name = name.strip()
     if len(name) > NAME_MAX:
-        raise InvalidKeySetting(f"the name is longer than {NAME_MAX} characters")
+        raise InvalidKeySetting(f"the name is longer than {NAME_MAX} characters", reason="name_too_long", high=NAME_MAX)
     if any(ord(c) < 32 or ord(c) == 127 for c in name):
-        raise InvalidKeySetting("the name must not contain control characters")
+        raise InvalidKeySetting("the name must not contain control characters", reason="name_control")
     return name or None
 
 

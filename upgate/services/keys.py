@@ -160,7 +160,7 @@ def update_key(client, key_id: str, *, account_id: str | None = None, name=UNSET
         else:
             to_set["expires_at"] = check_expires(expires_at_ms)
     if not to_set and not to_clear:
-        raise InvalidKeySetting("nothing to change: give at least one setting")
+        raise InvalidKeySetting("nothing to change: give at least one setting", reason="nothing_to_change")
 
     acct = _owner(client, key_id, account_id)
     record = _record(client, acct, key_id)
@@ -225,7 +225,7 @@ def parse_form_expiry(text: str) -> int:
     try:
         day = jalali.parse_day("-".join(m.groups()))
     except ValueError as e:
-        raise InvalidKeySetting(str(e)) from None
+        raise InvalidKeySetting(str(e), reason="date_malformed") from None
     start = datetime.combine(day.togregorian(), datetime.min.time(), jalali.TEHRAN)
     return check_expires(int(start.timestamp() * 1000))
 
@@ -326,7 +326,8 @@ def find_by_prefix(client, text: str, batch: int = 500) -> list[dict]:
     never a request's path)."""
     m = _PREFIX_QUERY.fullmatch(text.strip()) if isinstance(text, str) else None
     if m is None:
-        raise InvalidKeySetting(f"a key prefix looks like sk-up-AbCd (or sk-up-AbCd…wxyz), got {str(text)[:40]!r}")
+        raise InvalidKeySetting(f"a key prefix looks like sk-up-AbCd (or sk-up-AbCd…wxyz), got {str(text)[:40]!r}",
+                                 reason="prefix_malformed")
     prefix, last4 = m.group(1), m.group(2)
     ids = sorted(store.text(a) for a in client.sscan_iter(keyspace.ACCOUNTS, count=1000))
     found = [(acct, kid) for acct, kid, (p, l4) in key_fields(client, ids, ("prefix", "last4"), batch)

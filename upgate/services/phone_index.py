@@ -4,10 +4,11 @@
   phone exactly one gets it; the other is refused `PhoneInUse` before anything is written. A
   claim left by a creation that died before writing its wallet (the owner has no wallet) is
   taken over with SET XX GET, which again lets only one taker win.
-- `rebuild` (run by `audit`) migrates accounts created before the index: it writes each
-  wallet's phone in canonical form, indexes every phone held by one account, and marks a
-  phone held by several with "*" (``SHARED``): nobody signs in with it until the operator
-  resolves it and runs the audit again. Returns the duplicates for the audit's report.
+- accounts created before the index are brought into it by the phone migration
+  (upgate/migrations/steps.py, `upgate-admin migrate`): canonical phones in the wallets, every
+  phone held by one account indexed, a phone held by several marked "*" (``SHARED``, its
+  accounts in ``keyspace.phone_shared``): nobody signs in with it until a phone change
+  (services/phone_change.py) gives it back to one account. `duplicates` (the audit) only reads.
 """
 from __future__ import annotations
 
@@ -36,26 +37,18 @@ def claim(client, phone: str, account_id: str) -> None:
     raise PhoneInUse(f"phone {phone} already belongs to another account")
 
 
-def rebuild(client, ids: list[str]) -> list[dict]:
-    """Index the phones of `ids` (every account): canonical form written back to wallets,
-    unique phones → their account, shared ones → SHARED. Returns
-    [{"phone", "account_ids": [...]}] for the phones held by more than one account."""
+def duplicates(client, ids: list[str]) -> list[dict]:
+    """[{"phone", "account_ids"}] for each phone (canonical form) the wallets of several of
+    `ids` hold. Reads only (the audit): the index is written by the phone migration
+    (upgate/migrations/steps.py) and resolved by a phone change."""
     by_phone: dict[str, list[str]] = {}
-    fix = client.pipeline(transaction=False)
     for acct, raw in _phones(client, ids):
-        if raw is None:
-            continue
-        stored = store.text(raw)
         try:
-            phone = phones.canonical(stored)
+            phone = phones.canonical(store.text(raw)) if raw is not None else None
         except phones.PhoneError:
-            continue  # not a phone: kept as it was, indexed nowhere (it could never sign in)
-        if phone != stored:
-            fix.hset(keyspace.wallet(acct), "phone", phone)
-        by_phone.setdefault(phone, []).append(acct)
-    for phone, owners in by_phone.items():
-        fix.set(keyspace.phone_owner(phone), owners[0] if len(owners) == 1 else SHARED)
-    fix.execute()
+            phone = None
+        if phone is not None:
+            by_phone.setdefault(phone, []).append(acct)
     return sorted(({"phone": p, "account_ids": sorted(a)} for p, a in by_phone.items() if len(a) > 1),
                   key=lambda d: d["phone"])
 

@@ -12,25 +12,25 @@ from __future__ import annotations
 
 import re
 
-_TO_ASCII = str.maketrans("۰۱۲۳۴۵۶۷۸۹٠١٢٣٤٥٦٧٨٩", "01234567890123456789")
+from upgate.i18n.numbers import to_ascii_digits as ascii_digits  # noqa: F401  (the one digit table)
+
+from upgate.errors import Reasoned
+
 _SEPARATORS = re.compile(r"[\s\-.()\u200c\u200e\u200f\u202a-\u202e]")
 _DIGITS = re.compile(r"[0-9]+")
 E164 = re.compile(r"^\+[1-9][0-9]{7,14}$")
 
 
-def ascii_digits(text: str) -> str:
-    """Persian (۰–۹) and Arabic-Indic (٠–٩) digits → ASCII; everything else unchanged."""
-    return text.translate(_TO_ASCII)
-
-
-class PhoneError(ValueError):
+class PhoneError(Reasoned):
     """Not a phone number in any spelling `canonical` accepts."""
+
+    reason = "phone_invalid"
 
 
 def canonical(text) -> str:
     """The E.164 form of a phone number as typed, or `PhoneError`."""
     raw = text if isinstance(text, str) else ""
-    s = _SEPARATORS.sub("", raw.translate(_TO_ASCII))
+    s = _SEPARATORS.sub("", ascii_digits(raw))
     if s.startswith("+"):
         digits = s[1:]
     elif s.startswith("00"):

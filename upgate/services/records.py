@@ -6,8 +6,10 @@ records in ``keyspace.requests(acct)``, a list, oldest first, of packed records
 (upgate/billing/request_record.py says the bytes); the same step files the request id in the
 request index (listpack-sized hash buckets per UTC day, in the account's own slot), and drops
 the records older than UPGATE_REQUEST_LOG_DAYS or beyond UPGATE_REQUEST_LOG_MAX per account.
-Records kept before the packed form (a sorted set of JSON arrays, ``keyspace.requests_v1``, and
-one index hash per day) are read too, after the new ones, until the retention takes them.
+Refused requests' records are a list of their own (``keyspace.refused``, lua/keep_refused.lua),
+in the same form and index. Records kept before the packed form (sorted sets of JSON arrays,
+``keyspace.requests_v1`` / ``refused_v1``, and one index hash per day) are read too, until the
+retention takes them: nothing to migrate.
 
 ``find(request_id)`` needs no scan: one lua/request_get.lua call on a single Redis, one per
 master on a Redis Cluster (each reading its own slots' index shards and records).
@@ -22,7 +24,7 @@ from upgate.store import connection as store, keyspace, lua_library
 from upgate.services.account_rules import AccountError, UnknownAccount, normalize_id
 from upgate.billing import request_record
 from upgate.billing.request_record import (  # noqa: F401  (part of this module's API)
-    DAY_MS, FIELDS, PUBLIC, decode, encode, new)
+    DAY_MS, FIELDS, PUBLIC, decode, encode, kept_keys, new)
 
 MAX_LIMIT = 1000
 _BYTES_CLIENTS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
@@ -51,58 +53,95 @@ def _bytes(client):
 class UnknownRequest(AccountError):
     """No record of this request is kept (never made, or older than the retention)."""
 
+    reason = "request_unknown"
+
 
 class InvalidLimit(AccountError):
     field = "limit"
+    reason = "limit_range"
+
+
+def _sources(acct: str) -> tuple[str, str, str, str]:
+    """Where the account's records are: the billed and refused lists, and the sorted sets of
+    the same from before the packed form."""
+    return (*kept_keys(acct), keyspace.requests_v1(acct), keyspace.refused_v1(acct))
 
 
 def list_requests(client, account_id: str, limit: int = 50) -> list[dict]:
-    """The account's kept request records, newest first."""
+    """The account's kept request records, newest first: billed and refused ones together."""
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:
-        raise InvalidLimit(f"limit must be a whole number from 1 to {MAX_LIMIT}, got {limit!r}")
-    return next(iter_requests(client, account_id, limit), [])
-
-
-def iter_requests(client, account_id: str, batch: int = MAX_LIMIT):
-    """Every kept record of the account, newest first, in lists of up to `batch` (about one
-    round trip each): for a face that filters or exports more than `list_requests` gives."""
+        raise InvalidLimit(f"limit must be a whole number from 1 to {MAX_LIMIT}, got {limit!r}", high=MAX_LIMIT)
     acct = normalize_id(account_id)
     client = _bytes(client)
-    key, old_key = keyspace.requests(acct), keyspace.requests_v1(acct)
+    billed, refused, old_billed, old_refused = _sources(acct)
     pipe = client.pipeline(transaction=False)
     pipe.exists(keyspace.wallet(acct))
-    pipe.llen(key)
-    pipe.lrange(key, -batch, -1)
-    pipe.zrevrange(old_key, 0, batch - 1)
-    exists, length, raws, olds = pipe.execute()
+    pipe.lrange(billed, -limit, -1)
+    pipe.lrange(refused, -limit, -1)
+    pipe.zrevrange(old_billed, 0, limit - 1)
+    pipe.zrevrange(old_refused, 0, limit - 1)
+    exists, *sets = pipe.execute()
     if not exists:
         raise UnknownAccount(f"unknown account {acct}")
-    out: list[dict] = []
-    seen: set[str] = set()  # a trim of the list's head between two pages shifts it: no repeats
-    end = length - len(raws)  # list positions below `end` are still to read
-    while True:
-        for r in reversed(raws):
-            rec = decode(acct, r)
-            if rec["request_id"] not in seen:
-                seen.add(rec["request_id"])
-                out.append(rec)
-        if len(out) >= batch:
-            yield out[:batch]
-            out = out[batch:]
-        if end <= 0:
-            break
-        raws = client.lrange(key, max(0, end - batch), end - 1)
-        end = max(0, end - batch) if raws else 0
-    at = 0
-    while olds:  # records kept before the packed form, after every newer one
-        out += [decode(acct, r) for r in olds]
-        at += len(olds)
-        while len(out) >= batch:
-            yield out[:batch]
-            out = out[batch:]
-        olds = client.zrevrange(old_key, at, at + batch - 1) if len(olds) == batch else []
-    if out:
-        yield out
+    # each list is oldest first: reversed, every source is newest first; a stable sort by time
+    # keeps a list's own order between records of the same millisecond
+    raws = [r for s in (sets[0][::-1], sets[1][::-1], *sets[2:]) for r in s]
+    raws.sort(key=request_record.time_of, reverse=True)
+    return [decode(acct, r) for r in raws[:limit]]
+
+
+def count_window(client, ids: list[str], lo_ms: int, hi_ms: int, batch: int = 500) -> dict[str, int]:
+    """How many records (billed and refused) each account keeps from `lo_ms` up to (not
+    including) `hi_ms`."""
+    client = _bytes(client)
+    out: dict[str, int] = {}
+    for i in range(0, len(ids), batch):
+        chunk = ids[i:i + batch]
+        rows = _window(client, chunk, lo_ms, hi_ms, 0)
+        out.update((acct, sum(n for n, _ in parts)) for acct, parts in zip(chunk, rows))
+    return out
+
+
+def account_window(client, ids: list[str], lo_ms: int, hi_ms: int, per_account: int):
+    """(record, time ms) of each account's records (billed and refused) in [lo_ms, hi_ms),
+    newest first within each set, at most `per_account` of each set: one pipeline for `ids`."""
+    client = _bytes(client)
+    for acct, parts in zip(ids, _window(client, ids, lo_ms, hi_ms, max(1, per_account))):
+        for _n, raws in parts:
+            for raw in raws:
+                yield decode(acct, raw), request_record.time_of(raw)
+
+
+def _window(client, ids: list[str], lo_ms: int, hi_ms: int, limit: int) -> list[list[tuple[int, list]]]:
+    """Per account, per source: (how many records in [lo, hi), the newest `limit` of them,
+    newest first). One pipeline: a lua/records_window.lua call per list, ZCOUNT/ZREVRANGEBYSCORE
+    per old sorted set."""
+    script = store.script("records_window")
+
+    def send():
+        pipe = client.pipeline(transaction=False)
+        for acct in ids:
+            billed, refused, old_billed, old_refused = _sources(acct)
+            for lst in (billed, refused):
+                pipe.execute_command(*script.command((lst,), (lo_ms, hi_ms, limit)))
+            for old in (old_billed, old_refused):
+                pipe.zcount(old, lo_ms, f"({hi_ms}")
+                if limit:
+                    pipe.zrevrangebyscore(old, f"({hi_ms}", lo_ms, start=0, num=limit)
+        return pipe.execute()
+
+    res = iter(lua_library.call_sync(client, send))
+    out = []
+    for _ in ids:
+        parts = []
+        for _lst in range(2):
+            got = next(res)
+            parts.append((int(got[0]), list(reversed(got[1:]))))
+        for _old in range(2):
+            n = int(next(res))
+            parts.append((n, next(res) if limit else []))
+        out.append(parts)
+    return out
 
 
 def find(client, request_id: str, *, keep_days: int | None = None) -> dict:
@@ -116,29 +155,15 @@ def find(client, request_id: str, *, keep_days: int | None = None) -> dict:
     found = _lookup(client, rid, keep_days)
     if found is not None and int(found[0]) == 1:
         return decode(request_record.account_of(found[1]), found[2])
-    if found is not None:  # an index entry from before the packed form: its record is in the sorted set
+    if found is not None:  # an index entry from before the packed form: its record is in a sorted set
         acct, _, t = store.text(found[1]).partition("|")
-        for raw in client.zrangebyscore(keyspace.requests_v1(acct), t, t):
+        pipe = client.pipeline(transaction=False)
+        for old in _sources(acct)[2:]:  # billed or refused: one round trip for both
+            pipe.zrangebyscore(old, t, t)
+        for raw in (r for got in pipe.execute() for r in got):
             if request_record.request_id_of(raw) == rid:
                 return decode(acct, raw)
     raise UnknownRequest(f"no record of request {rid} (never made, or older than the retention)")
-
-
-def keep(client, account_id: str, record: dict, *, now_ms: int | None = None) -> bool:
-    """Keep one request record (the handler's form, ``new``) that no hold closes, off the hot
-    path (lua/record_keep.lua; the gateway's handlers use ``Ledger.keep_record``). False: no such
-    account."""
-    import time
-
-    from upgate.settings import from_env
-
-    s = from_env()
-    acct = normalize_id(account_id)
-    keys, args = request_record.keep_call(acct, record, now_ms or int(time.time() * 1000),
-                                          keep_days=s.request_log_days, keep_max=s.request_log_max,
-                                          sharded=isinstance(client, redis.RedisCluster))
-    call = store.script("record_keep").command(keys, args)
-    return int(lua_library.call_sync(client, lambda: client.execute_command(*call))) == 1
 
 
 def _days(client, keep_days: int | None) -> list[str]:
@@ -161,7 +186,7 @@ def _lookup(client, rid: str, keep_days: int | None = None):
     """request_get.lua's answer for the id: [1, account key, record], [2, old index entry] or None."""
     days = ",".join(_days(client, keep_days))
     script = store.script("request_get")
-    tail = (keyspace.tag("")[:-1], "}" + keyspace.REQS, "}" + keyspace.WALLET)
+    tail = (keyspace.tag("")[:-1], "}" + keyspace.REQS, "}" + keyspace.WALLET, "}" + keyspace.REFUSED)
     key = request_record.rid_key(rid)
     if not isinstance(client, redis.RedisCluster):
         call = script.command((), (key, rid, "", days, keyspace.REQ_INDEX, "", *tail))

@@ -6,6 +6,10 @@ CLI as `error: <message>` and exit 1 — the same refusal reads the same everywh
 The codes are the catalogue's (upgate/errors.py): `not_found` (an unknown account, key, request
 record or failed webhook event), `phone_in_use` (another account has the phone),
 `idempotency_conflict` (a ref reused with another amount or kind), `price_change_too_large` (a price sync over its guard), `invalid_request` (any other).
+
+Beside the code, a refusal carries its `reason` and `params` (upgate.errors.Reasoned): what a
+page renders in its reader's language through upgate/i18n/refusals.py. The JSON APIs keep the
+English `message` and the `code`.
 """
 from __future__ import annotations
 
@@ -25,6 +29,8 @@ class Refusal:
     code: str
     message: str
     field: str | None
+    reason: str = "invalid"
+    params: dict | None = None
 
 
 def refusal(e: ValueError) -> Refusal:
@@ -42,4 +48,4 @@ def refusal(e: ValueError) -> Refusal:
         code = "price_change_too_large"
     else:
         code = "invalid_request"
-    return Refusal(code, message, field)
+    return Refusal(code, message, field, getattr(e, "reason", "invalid"), getattr(e, "params", None) or {})

@@ -11,10 +11,13 @@ from __future__ import annotations
 from upgate.billing import jalali
 from upgate.catalog import store as catalog_store
 from upgate.store import connection as store, keyspace
+from upgate.errors import Reasoned
 
 
-class UnknownModel(ValueError):
+class UnknownModel(Reasoned):
     """The model id asked for is not in the catalog in force."""
+
+    reason = "model_unknown"
 
 
 def report(client, model_id: str | None = None) -> dict:
@@ -24,7 +27,7 @@ def report(client, model_id: str | None = None) -> dict:
     if model_id is not None:
         models = [m for m in models if m.id == model_id]
         if not models:
-            raise UnknownModel(f"model {model_id!r} is not in the catalog in force")
+            raise UnknownModel(f"model {model_id!r} is not in the catalog in force", model=str(model_id)[:80])
     pipe = client.pipeline(transaction=False)
     for m in models:
         pipe.hgetall(keyspace.route_health(m.id) if m.routed else keyspace.cooldown(m.id))

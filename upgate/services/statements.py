@@ -44,10 +44,11 @@ def statement(client, account_id: str, month: str | None = None, *, now: float |
     current = jalali.month_key(ts)
     month = current if month is None else check_month(month)
     if _index(month) > _index(current):
-        raise InvalidMonth(f"month {month} has not begun yet (it is {current} in Tehran)")
+        raise InvalidMonth(f"month {month} has not begun yet (it is {current} in Tehran)",
+                           reason="month_not_begun", month=month)
     if _index(current) - _index(month) > MAX_MONTHS_BACK:
         raise InvalidMonth(f"month {month} is beyond the {MAX_MONTHS_BACK} months a statement can "
-                           f"cover (daily charges are kept 400 days)")
+                           f"cover (daily charges are kept 400 days)", reason="month_too_old", n=MAX_MONTHS_BACK)
     first, _ = jalali.parse_month(month)
     # today and tomorrow too: the store's clock may already be a day ahead of this machine's
     days = jalali.days(first, jalali.parse_day(jalali.day_key(ts + 86_400)))
@@ -58,7 +59,8 @@ def statement(client, account_id: str, month: str | None = None, *, now: float |
         raise UnknownAccount(f"unknown account {acct}")
     created = _created_month(client, acct)
     if created is not None and _index(month) < _index(created):
-        raise InvalidMonth(f"month {month} is before the account existed (created {created})")
+        raise InvalidMonth(f"month {month} is before the account existed (created {created})",
+                           reason="month_before_account", month=month)
     balance = int(snap[1])
     txns = [transactions.decode(acct, r) for r in snap[4]]
     flat = [store.text(v) for v in snap[5]]

@@ -21,6 +21,7 @@ import unicodedata
 import orjson
 import redis
 
+from upgate.i18n import numbers
 from upgate.billing import jalali, money
 from upgate.store import connection as store, keyspace, lua_library
 from upgate.services.account_rules import (AccountError, BalanceOutOfRange, InvalidAmount, UnknownAccount,
@@ -37,6 +38,7 @@ class InvalidRef(AccountError):
     """A ref is empty, longer than MAX_REF characters or holds a non-printable character."""
 
     field = "ref"
+    reason = "ref_invalid"
 
 
 class InvalidNote(AccountError):
@@ -49,12 +51,14 @@ class IdempotencyConflict(AccountError):
     """The ref was already used for a transaction of another kind or amount."""
 
     field = "ref"
+    reason = "idempotency_conflict"
 
 
 class UnknownOrder(AccountError):
     """A payment's credit names an order that does not exist (lua/credit.lua code 5)."""
 
     field = "order"
+    reason = "order_unknown"
 
 
 class OrderMismatch(AccountError):
@@ -62,6 +66,7 @@ class OrderMismatch(AccountError):
     nothing was credited."""
 
     field = "order"
+    reason = "order_mismatch"
 
 
 class NotDurable(Exception):
@@ -91,7 +96,7 @@ def check_ref(ref) -> str | None:
     if not isinstance(ref, str) or not ref or len(ref) > MAX_REF or not ref.isprintable():
         shown = ref if isinstance(ref, str) and len(ref) <= 40 else f"{str(ref)[:40]}…"
         raise InvalidRef(f"ref must be 1 to {MAX_REF} printable characters (no control "
-                         f"characters), got {shown!r}")
+                         f"characters), got {shown!r}", high=MAX_REF)
     return ref
 
 
@@ -100,10 +105,11 @@ def check_note(note, *, required: bool = False) -> str | None:
     `InvalidNote` otherwise, and when `required` and missing."""
     if note is None or (isinstance(note, str) and not note.strip()):
         if required:
-            raise InvalidNote("an adjustment needs a note saying why (--note TEXT)")
+            raise InvalidNote("an adjustment needs a note saying why (--note TEXT)", reason="note_missing")
         return None
     if not isinstance(note, str) or len(note) > MAX_NOTE or not note.isprintable():
-        raise InvalidNote(f"note must be at most {MAX_NOTE} printable characters (no control characters)")
+        raise InvalidNote(f"note must be at most {MAX_NOTE} printable characters (no control characters)",
+                          reason="note_too_long", high=MAX_NOTE)
     return note
 
 
@@ -191,7 +197,7 @@ def credit(client, acct: str, kind: str, amount_micro: int, *, ref: str | None =
     if code == 4:
         first = decode(acct, raw)
         raise IdempotencyConflict(
-            f"ref {ref!r} was already used for a {first['kind']} of {first['amount_toman']} toman "
+            f"ref {ref!r} was already used for a {first['kind']} of {numbers.exact_toman(first['amount_toman'])} toman "
             f"({first['id']}); nothing was changed")
     if code == 5:
         raise UnknownOrder(f"unknown order {order_id}")
@@ -214,7 +220,7 @@ def _amount(amount_text) -> int:
     micro = parse_amount(amount_text if isinstance(amount_text, str) else str(amount_text),
                          allow_negative=True, what="amount_toman")
     if micro == 0:
-        raise InvalidAmount("an amount of zero changes nothing")
+        raise InvalidAmount("an amount of zero changes nothing", reason="amount_zero")
     return micro
 
 
@@ -227,8 +233,8 @@ def topup(client, account_id: str, amount_text, *, ref: str | None = None, note:
     micro = _amount(amount_text)
     ref, note = check_ref(ref), check_note(note)
     acct = normalize_id(account_id)
-    return credit(client, acct, "topup" if micro > 0 else "adjustment", micro, ref=ref, note=note,
-                  actor=actor)
+    return _audited(client, credit(client, acct, "topup" if micro > 0 else "adjustment", micro, ref=ref,
+                                   note=note, actor=actor), actor, ref)
 
 
 def adjust(client, account_id: str, amount_text, *, note: str, ref: str | None = None,
@@ -237,7 +243,24 @@ def adjust(client, account_id: str, amount_text, *, note: str, ref: str | None =
     micro = _amount(amount_text)
     ref, note = check_ref(ref), check_note(note, required=True)
     acct = normalize_id(account_id)
-    return credit(client, acct, "adjustment", micro, ref=ref, note=note, actor=actor)
+    return _audited(client, credit(client, acct, "adjustment", micro, ref=ref, note=note, actor=actor), actor, ref)
+
+
+def _audited(client, result: dict, actor: str, ref: str | None) -> dict:
+    """The operator's top-up or adjustment in the admin log: the balance before and after, or a
+    replay (the same ref again: nothing changed, not a second top-up)."""
+    from upgate.services import admin_log
+
+    tx = result["transaction"]
+    after = money.parse_toman(result["balance_toman"], allow_negative=True)
+    amount = money.parse_toman(tx["amount_toman"], allow_negative=True)
+    changed = not result["replayed"]
+    admin_log.record(client, actor, "account.topup" if tx["kind"] == "topup" else "account.adjust",
+                     tx["account_id"], {"amount_toman": tx["amount_toman"], "ref": ref, "transaction_id": tx["id"]},
+                     before={"balance_toman": money.fmt(after - amount)} if changed else None,
+                     after={"balance_toman": result["balance_toman"]} if changed else None,
+                     replay=result["replayed"], note=tx["note"])
+    return result
 
 
 def migrate(client, account_id: str) -> None:

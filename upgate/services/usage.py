@@ -10,16 +10,17 @@ from __future__ import annotations
 
 from upgate.billing import jalali, money
 from upgate.store import connection as store, keyspace
+from upgate.errors import Reasoned
 
 GROUPS = {"key": "key_id", "model": "model", "day": "day"}
 MAX_DAYS = 366
 
 
-class InvalidRange(ValueError):
+class InvalidRange(Reasoned):
     """A report's `from`/`to` is not a Jalali day, runs backwards or spans too many days."""
 
-    def __init__(self, message: str, field: str):
-        super().__init__(message)
+    def __init__(self, message: str, field: str, **reason):
+        super().__init__(message, **reason)
         self.field = field
 
 
@@ -35,11 +36,11 @@ def day_range(start: str | None, end: str | None) -> list[str]:
             elif text:
                 last = jalali.parse_day(text)
         except ValueError as e:
-            raise InvalidRange(str(e), name) from None
+            raise InvalidRange(str(e), name, reason="date_malformed") from None
     if last < first:
-        raise InvalidRange("`to` is before `from`.", "to")
+        raise InvalidRange("`to` is before `from`.", "to", reason="range_backwards")
     if (last.togregorian() - first.togregorian()).days >= MAX_DAYS:
-        raise InvalidRange(f"At most {MAX_DAYS} days per report.", "to")
+        raise InvalidRange(f"At most {MAX_DAYS} days per report.", "to", reason="range_too_long", n=MAX_DAYS)
     return jalali.days(first, last)
 METRICS = ("requests", "prompt_tokens", "cached_tokens", "completion_tokens", "cost")
 
@@ -97,7 +98,7 @@ def report(days: dict[str, dict], group_by: str) -> dict:
     "totals": {...}}`` with amounts as six-fractional-digit strings. Rows by key or model are
     sorted by cost (highest first), rows by day by date; days without requests are left out."""
     if group_by not in GROUPS:
-        raise ValueError(f"group_by must be one of {', '.join(GROUPS)}")
+        raise InvalidRange(f"group_by must be one of {', '.join(GROUPS)}", "group_by", reason="invalid")
     groups: dict[str, dict] = {}
     sums = _blank()
     for day in sorted(days):

@@ -22,6 +22,7 @@ def tag(account_id: str) -> str:
 WALLET, KEY, RPM, STREAMS, HOLDS, HOLD = ":wallet", ":key:", ":rpm:", ":streams", ":holds", ":hold:"
 FREE, USAGE, REQS, OUTBOX, OUTBOX_STATE = ":free:", ":usage:", ":rq", ":outbox", ":outbox:state"
 REQS_V1 = ":reqs"  # the records' sorted set before the packed form (read until the retention empties it)
+REFUSED = ":rf"  # the refused records' list (the sorted set ":refused" before the packed form)
 
 
 def wallet(account_id: str) -> str:
@@ -81,6 +82,11 @@ def refs(account_id: str) -> str:
     return tag(account_id) + ":refs"
 
 
+def notes(account_id: str) -> str:
+    """List, newest first: the support desk's notes on the account (services/notes.py)."""
+    return tag(account_id) + ":notes"
+
+
 def requests(account_id: str) -> str:
     """List: the account's request records, oldest first, packed (upgate/billing/request_record.py;
     no content). Read and written only through request_record / services.records / _lib.lua."""
@@ -92,12 +98,28 @@ def requests_v1(account_id: str) -> str:
     return tag(account_id) + REQS_V1
 
 
+def refused(account_id: str) -> str:
+    """List: the account's refused-request records (a 4xx/5xx no hold recorded: code, route,
+    model, key, time; lua/keep_refused.lua), oldest first, packed like `requests`, at most
+    request_record.REFUSED_MAX; filed in the same request index."""
+    return tag(account_id) + REFUSED
+
+
+def refused_v1(account_id: str) -> str:
+    """Sorted set: refused records kept before the packed form (JSON arrays scored by time, ms)."""
+    return tag(account_id) + ":refused"
+
+
 def keyhash(digest: str) -> str:
     """String "<account_id>:<key_id>" for the HMAC of a full key (cross-account lookup)."""
     return "keyhash:" + digest
 
 
 ACCOUNTS = "accounts"  # set of all account ids (operator listing)
+# hash: the data migrations applied (upgate/migrations/): `version`, `<n>:at` (when step n was
+# done), `<n>:after` (the last account id step n has done: where an interrupted run goes on)
+MIGRATIONS = "{upgate}:migrations"
+MIGRATE_LOCK = "{upgate}:migrate_lock"  # string with a TTL: the one `migrate` running now
 # sorted set: every account id scored by its created_at (unix s): the newest-first listing. Its
 # tag puts it in the slot of ACCOUNTS, so one MULTI lists an account in both
 ACCOUNTS_BY_TIME = "{accounts}:created"
@@ -311,6 +333,17 @@ def payment_authority(gateway: str, authority: str) -> str:
 
 
 PAYMENTS_ALL = "{payments}:orders"  # zset "<account>|<order>" → created ms (operator listing)
+def payment_asks(account_id: str) -> str:
+    """Sorted set: this account's gateway calls of the last hour (ms): orders started and
+    returns from the bank verified (payments/bounds.py)."""
+    return tag(account_id) + ":payment_asks"
+
+
+def payment_asks_from(address: str) -> str:
+    """Sorted set: the gateway calls of the last hour caused from one client address (ms)."""
+    return "{payasks:" + address + "}:sent"
+
+
 PAYMENTS_OPEN = "{payments}:open"  # zset "<account>|<order>" → created ms: the reconciler's to-do
 PAYMENTS_LOCK = "{payments}:reconcile_lock"  # string: which node reconciles this minute
 
@@ -334,6 +367,12 @@ def phone_owner(phone: str) -> str:
     return phone_tag(phone) + ":account"
 
 
+def phone_shared(phone: str) -> str:
+    """Set: the accounts sharing a phone marked "*" in `phone_owner` (written by the phone
+    migration; a phone change that takes one of them away gives the phone back to the last)."""
+    return phone_tag(phone) + ":shared"
+
+
 def signin_code(phone: str) -> str:
     """Hash, with a TTL of the code's life: the HMAC of the phone's current sign-in code, when
     it was issued and expires (ms), the tries used."""
@@ -350,7 +389,25 @@ def signin_address(address: str) -> str:
     return "{signin:" + address + "}:sent"
 
 
+def sms_health() -> str:
+    """Hash, with a TTL: the SMS provider's recent failed sends in a row (`failures`) and, while
+    it counts as failing, until when (`until_ms`): every node says "SMS is unavailable" alike."""
+    return "sms:health"
+
+
 def dash_session(session_hash: str) -> str:
     """Hash, with a TTL: one account holder's dashboard session (account_id, phone, created_at),
     named by the SHA-256 of its random id, so the store never holds a usable cookie."""
     return "dash:session:" + session_hash
+
+
+def dash_sessions_of(account_id: str) -> str:
+    """Sorted set: the SHA-256 names of an account's dashboard sessions, scored by when each
+    began (unix seconds): the sessions page's list and "sign out everywhere"."""
+    return tag(account_id) + ":dash_sessions"
+
+
+def alert_sent(phone: str) -> str:
+    """Sorted set: when each low-balance SMS of the last hour went to this phone (ms): the same
+    hourly cap as sign-in codes, on a log of its own (upgate/alerts/low_balance.py)."""
+    return phone_tag(phone) + ":alert_sent"

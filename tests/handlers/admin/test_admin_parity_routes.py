@@ -45,7 +45,7 @@ def test_price_sync_plans_applies_and_refuses_a_change_over_the_guard(api, redis
     done = api.post("/models/sync", json={**body, "dry_run": False, "usd_toman": "900000", "yes": True})
     assert done.status_code == 200 and done.json()["version"] != version
     entry = admin_log.read(store.connect_sync(redis_url), 1)[0]
-    assert entry["action"] == "POST /admin/v1/models/sync" and entry["detail"]["yes"] is True
+    assert entry["action"] == "models.sync" and entry["detail"]["yes"] is True
     assert entry["detail"]["source"] == source_url  # no query or credentials to drop here
     # a file on the node is never read for a remote caller
     assert_error(api.post("/models/sync", json={**body, "source": "/etc/passwd"}), 400, "invalid_request", "source")
