@@ -127,3 +127,26 @@ def test_records_from_before_the_packed_form_are_listed_after_the_new_ones(redis
     assert records.count_window(sync, [ACCT], lo, hi) == {ACCT: 6}
     got = sorted((ms, r["request_id"]) for r, ms in records.account_window(sync, [ACCT], lo, hi, 2))
     assert [rid for _, rid in got] == ["req_old3", "req_old4", "req_new1", "req_new2"]
+
+
+@pytest.mark.cluster
+def test_windows_lists_and_lookups_on_a_cluster(cluster_url):
+    sync = store.connect_sync(cluster_url)
+    accts = [f"00000000-0000-4000-8000-{i:012d}" for i in range(6)]  # in several slots
+    for a in accts:
+        seed_account(sync, a)
+    now = int(time.time() * 1000)
+    script = store.script("keep_refused")
+    ids = []
+    for i in range(30):
+        rid = "req_" + secrets.token_hex(12)
+        ids.append(rid)
+        rec = request_record.refused(request_id=rid, account_id=accts[i % 6], key_id=KEY, key_prefix="sk-up-abcd",
+                                     route="/v1/chat/completions", model="acme/chat-1", status=429, code="x")
+        call = script.command(*request_record.keep_refused_call(rec, now + i, sharded=True, keep_days=7))
+        lua_library.call_sync(sync, lambda: sync.execute_command(*call))
+    assert records.count_window(sync, accts, now, now + 30) == {a: 5 for a in accts}
+    got = list(records.account_window(sync, accts, now + 10, now + 30, 2))
+    assert len(got) == 12 and all(now + 10 <= ms < now + 30 for _, ms in got)
+    assert [r["request_id"] for r in records.list_requests(sync, accts[0], limit=2)] == [ids[24], ids[18]]
+    assert records.find(sync, ids[7])["account_id"] == accts[1]
