@@ -16,7 +16,7 @@ stored form may change under this module.
 from __future__ import annotations
 
 from upgate.billing import jalali
-from upgate.services import periods, records
+from upgate.services import periods, phones, records
 from upgate.services.account_rules import AccountError
 from upgate.store import connection as store, keyspace
 
@@ -61,7 +61,7 @@ def _period(start: str | None, end: str | None) -> tuple[int, int]:
 def _status(value) -> int | None:
     if value in (None, ""):
         return None
-    text = str(value).strip()
+    text = phones.ascii_digits(str(value)).strip()  # Persian digits are digits
     if not (text.isascii() and text.isdigit() and 100 <= int(text) <= 599):
         raise InvalidSearch(f"status must be an HTTP status from 100 to 599, got {text[:20]!r}", "status",
                             reason="status_invalid")
