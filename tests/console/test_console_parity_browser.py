@@ -6,6 +6,7 @@ upstream list over HTTP. Screenshots at desktop and phone width go to tests/.scr
 from __future__ import annotations
 
 import http.server
+import re
 import threading
 
 import orjson
@@ -93,6 +94,7 @@ def test_parity_pages(console, node, redis_url, source_url, width):  # noqa: F81
     assert "accounts add up" in page.locator("#balances").inner_text()
     log = page.locator("#log").inner_text()
     assert "changed the settings of account" in log and "/admin" not in log  # a verb, never a route
+    assert re.search(r"low-balance alert: — → 20,000", log), log
     c.shoot("audit")
 
     # a failed webhook delivery, sent again
