@@ -12,6 +12,7 @@ from upgate.handlers.me import MeHandler
 from upgate.handlers.messages import CountTokensHandler, MessagesHandler
 from upgate.handlers.models import ModelHandler, ModelsHandler
 from upgate.handlers.proxy import ChatHandler, CompletionsHandler, EmbeddingsHandler
+from upgate.handlers.responses import ResponsesAPIHandler, StoredResponseHandler
 from upgate.handlers.usage import UsageHandler
 
 _GONE = r"/v1/(?:files|fine_tuning|assistants|batches|audio|images)(?:/.*)?"
@@ -31,7 +32,9 @@ def make_app(ctx, **settings) -> tornado.web.Application:
         (r"/v1/models/(.+)", ModelHandler, d),
         (r"/v1/svc/me", MeHandler, d),
         (r"/v1/svc/usage", UsageHandler, d),
-        (r"/v1/responses(?:/.*)?", ResponsesHandler, d),
+        # the Responses API, an operator's choice (UPGATE_RESPONSES=on); off, the spec's 404
+        *([(r"/v1/responses", ResponsesAPIHandler, d), (r"/v1/responses/.*", StoredResponseHandler, d)]
+          if ctx is not None and ctx.settings.responses else [(r"/v1/responses(?:/.*)?", ResponsesHandler, d)]),
         (_GONE, NotFoundHandler, d),
         # the management API (/admin/v1/...): admin tokens only; after every /v1 route, so a
         # client request never tries these patterns (docs/admin-api.md)

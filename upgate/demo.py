@@ -33,6 +33,20 @@ def setup(redis_url: str, pepper: str) -> dict:
     return {"account_id": account_id, "key": key, "key_id": key_id, "admin_token": admin["token"]}
 
 
+def codex_config(base: str, model: str | None = None) -> str:
+    """Codex's `config.toml` for a gateway (docs/client-guide.md): its Responses API, the key in
+    UPGATE_API_KEY. No model: Codex's own default name, which the demo's alias pattern maps."""
+    head = f'model = "{model}"\n' if model else ""
+    return head + f"""model_provider = "upgate"
+
+[model_providers.upgate]
+name = "upgate"
+base_url = "{base}"
+env_key = "UPGATE_API_KEY"
+wire_api = "responses"
+"""
+
+
 def banner(port: int, info: dict) -> str:
     root = f"http://127.0.0.1:{port}"
     base = root + "/v1"
@@ -44,7 +58,8 @@ upgate demo is running (mock provider; nothing leaves this machine).
   API key    {key}
   account    {info['account_id']}  (balance {DEMO_BALANCE} toman)
   models     mock/chat-1 (paid), mock/chat-1:free, mock/embed-1 (embeddings),
-             mock/claude-1 (the Messages API too: Claude Code's model names resolve to it)
+             mock/claude-1 (the Messages API too: Claude Code's model names resolve to it;
+             Codex's resolve to mock/chat-1)
   store      embedded in this process and private to it, gone when the demo stops:
              upgate-admin (which reads UPGATE_REDIS_URL, by default redis://127.0.0.1:6379/0)
              cannot see it. Explore it with the console or the management API instead,
@@ -55,7 +70,16 @@ upgate demo is running (mock provider; nothing leaves this machine).
   dashboard  {root}/dashboard/  (the customer's side: sign in with the phone {DEMO_PHONE}; its
              code is not texted but printed below, as a {{"event": "sms", ...}} line)
   top up     {root}/dashboard/topup  (the built-in test bank: Pay or Cancel, no real money)
-  agents     ANTHROPIC_BASE_URL={root} ANTHROPIC_AUTH_TOKEN={key} claude
+
+Coding agents (docs/client-guide.md):
+
+  Claude Code:
+    ANTHROPIC_BASE_URL={root} ANTHROPIC_AUTH_TOKEN={key} claude
+
+  Codex: put this in ~/.codex/config.toml (the Responses API is on in the demo),
+{_indent(codex_config(base))}
+
+    then: UPGATE_API_KEY={key} codex
 
 Try it:
 
@@ -74,10 +98,15 @@ Ctrl-C stops it.
 """.rstrip() + "\n"
 
 
+def _indent(text: str) -> str:
+    return "\n".join("    " + line if line else "" for line in text.splitlines())
+
+
 async def _main(sockets, port: int, mock_port: int) -> None:
     pepper = secrets.token_hex(16)
     root = f"http://127.0.0.1:{port}"  # payments: the built-in `fake` gateway (docs/payments.md)
     settings = Settings(redis_url="memory://", key_pepper=pepper, providers_path="(demo)", payments="fake",
+                        responses=True,  # Codex speaks only the Responses API
                         public_url=root, topup_url=root + "/dashboard/topup")  # SMS: the log driver
     await mock_upstream.serve(mock_port)
     providers = {"mock": Provider(name="mock", base_url=f"http://127.0.0.1:{mock_port}/v1",

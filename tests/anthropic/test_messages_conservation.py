@@ -47,7 +47,10 @@ def test_a_mix_of_messages_conserves_money(claude_node, redis_url, funded, mock)
     w = wallet(redis_url, account_id)
     assert w["held"] == 0
     recs = records.list_requests(redis.Redis.from_url(redis_url), account_id, limit=100)
-    assert len(recs) == sent  # one record per admitted request: no refusal, no count_tokens
+    refused = [r for r in recs if r["code"] == "model_not_found"]  # a refusal keeps a record too
+    assert len(refused) == 1 and refused[0]["cost_toman"] == "0.000000"
+    recs = [r for r in recs if r not in refused]
+    assert len(recs) == sent  # one record per admitted request: no count_tokens
     total = sum(money.parse_toman(r["cost_toman"]) for r in recs)
     assert total > 0 and initial - w["balance"] == total
     assert sorted(r["code"] or "ok" for r in recs) == sorted(["ok"] * 6 + ["upstream_error"] * 4)

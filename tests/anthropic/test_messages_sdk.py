@@ -163,7 +163,7 @@ def test_each_error_class(claude_node, redis_url, funded, mock):
     r = httpx.post(claude_node.base + "/messages", headers={"x-api-key": key, "anthropic-version": "2023-06-01"},
                    json={"model": "mock/chat-1", "messages": HELLO})
     assert r.status_code == 400
-    assert r.json()["error"] == {"type": "invalid_request_error", "message": "`max_tokens` is required.",
+    assert r.json()["error"] == {"type": "invalid_request_error", "message": "max_tokens: Field required",
                                  "code": "invalid_request"}
     assert r.headers["x-should-retry"] == "false"
 

@@ -58,11 +58,13 @@ def test_a_full_request_translates():
 
 
 @pytest.mark.parametrize("body, message", [
-    ({"model": "m", "messages": [{"role": "user", "content": "hi"}]}, "`max_tokens` is required."),
-    ({"model": "m", "max_tokens": 5, "messages": []}, "`messages` must be a non-empty list."),
-    ({"model": "m", "max_tokens": 5, "messages": [{"role": "system", "content": "x"}]}, "role must be"),
+    ({"model": "m", "messages": [{"role": "user", "content": "hi"}]}, "max_tokens: Field required"),
+    ({"model": "m", "max_tokens": 5, "messages": []}, "messages: at least one message is required"),
+    # Anthropic's own wording, which Claude Code's fallback for an unsupported role matches
+    ({"model": "m", "max_tokens": 5, "messages": [{"role": "tool", "content": "x"}]},
+     "messages.0.role: Input should be 'user' or 'assistant'"),
     ({"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": [{"type": "video"}]}]}, "'video'"),
-    ({"model": "m", "max_tokens": 5, "system": 3, "messages": [{"role": "user", "content": "x"}]}, "`system`"),
+    ({"model": "m", "max_tokens": 5, "system": 3, "messages": [{"role": "user", "content": "x"}]}, "system: Input should be"),
 ])
 def test_refused_requests(body, message):
     with pytest.raises(GatewayError) as info:

@@ -88,9 +88,12 @@ def test_n_and_best_of_multiply_the_output():
     assert sizing.hold_micro(one, [M()]) == 6 * 15000 + 100 * 60000
 
 
-def test_reasoning_budget_is_priced_as_completion():
+def test_reasoning_is_inside_the_output_limit_and_on_top_of_the_default():
+    # every API's limit counts reasoning (docs/billing-holds.md): max_tokens 100 holds 100
     body = chat(max_tokens=100, reasoning={"max_tokens": 50})
-    assert sizing.hold_micro(body, [M()]) == 6 * 15000 + 150 * 60000
+    assert sizing.hold_micro(body, [M()]) == 6 * 15000 + 100 * 60000
+    # no limit set: the spec's default answer after the budget
+    assert sizing.hold_micro(chat(reasoning={"max_tokens": 50}), [M()]) == 6 * 15000 + (4096 + 50) * 60000
     assert sizing.hold_micro(chat(max_tokens=100, reasoning={"effort": "high"}), [M()]) == \
         sizing.hold_micro(chat(max_tokens=100), [M()])
     assert sizing.hold_micro(chat(max_tokens=100, reasoning={"max_tokens": "50"}), [M()]) == \
@@ -147,9 +150,9 @@ def test_the_default_output_is_capped_at_the_models_max_output_tokens():
 
 def test_the_cap_covers_the_reasoning_budget_and_applies_per_choice():
     capped = M(max_output_tokens=2000)
-    body = chat(max_tokens=1500, reasoning={"max_tokens": 1500}, n=3)
+    body = chat(reasoning={"max_tokens": 1500}, n=3)
     assert sizing.hold_micro(body, [capped]) == 6 * 15000 + 3 * 2000 * 60000
-    assert sizing.hold_micro(body, [M()]) == 6 * 15000 + 3 * 3000 * 60000
+    assert sizing.hold_micro(body, [M()]) == 6 * 15000 + 3 * (4096 + 1500) * 60000
 
 
 def test_a_fallback_list_caps_each_entry_by_its_own_model():

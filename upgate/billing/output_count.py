@@ -20,10 +20,11 @@ def estimate_tokens(chars: int) -> int:
     return (chars + 3) // 4
 
 
-def as_ours(obj: dict, model) -> None:
-    """A provider's answer or chunk as the client sees it: our model id, the provider named
-    (both stream paths and the JSON answer must agree)."""
-    obj["model"] = model.id
+def as_ours(obj: dict, model, name: str | None = None) -> None:
+    """A provider's answer or chunk as the client sees it: the model named as the client asked
+    for it (`name`: an alias it sent; else our id), the provider named (both stream paths and
+    the JSON answer must agree)."""
+    obj["model"] = name or model.id
     obj.setdefault("provider", model.provider)
 
 

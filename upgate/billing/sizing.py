@@ -3,12 +3,16 @@
 A hold is what a request could cost at most, reserved before it goes upstream:
 
     estimated prompt tokens × prompt price
-  + (output tokens + reasoning budget) × completion price × max(n, best_of, 1)
+  + output tokens × completion price × max(n, best_of, 1)
   + request fee + web-search fee (`:online`, a `{"id": "web"}` plugin, or web_search_options)
 
-Output tokens are the largest of max_tokens / max_completion_tokens / max_output_tokens, else
-4096 (the spec's default); a smaller max_tokens gives a smaller hold. The reasoning budget is
-`reasoning.max_tokens` when it is an integer. Output plus reasoning is capped, per choice, at the
+Output tokens are the largest of max_tokens / max_completion_tokens / max_output_tokens; a
+smaller max_tokens gives a smaller hold. Reasoning is inside that limit on every API the
+gateway serves (the Messages API's thinking.budget_tokens is part of max_tokens; OpenAI's
+max_completion_tokens and the Responses API's max_output_tokens count reasoning tokens;
+OpenRouter's reasoning.max_tokens must stay below max_tokens), so it adds nothing. A request
+that sets no limit holds the spec's default of 4096 plus its reasoning budget
+(`reasoning.max_tokens` when it is an integer): the answer may then spend both. Output is capped, per choice, at the
 catalog's `max_output_tokens` for the model (it cannot produce more, and a client able to pay for
 any answer it can give must not get a 402; the body still goes upstream unchanged). Embeddings
 hold their input only. With a `models` fallback list every entry is priced, each with its own
@@ -134,6 +138,11 @@ def output_tokens(body: dict) -> int:
     return max(values) if values else DEFAULT_OUTPUT_TOKENS
 
 
+def limited(body: dict) -> bool:
+    """The request sets an output limit (the max_tokens family), reasoning inside it."""
+    return any(_int(body.get(f)) is not None for f in OUTPUT_FIELDS)
+
+
 def reasoning_tokens(body: dict) -> int:
     reasoning = body.get("reasoning")
     if isinstance(reasoning, dict):
@@ -182,7 +191,8 @@ def hold_micro(body: dict, models: list, *, embeddings: bool | None = None, prom
         raise ValueError("hold_micro needs at least one model")
     embeddings = is_embeddings(body) if embeddings is None else embeddings
     prompt = prompt_tokens(body) if prompt is None else prompt
-    output = 0 if embeddings else output_tokens(body) + reasoning_tokens(body)
+    output = 0 if embeddings else output_tokens(body) if limited(body) else \
+        DEFAULT_OUTPUT_TOKENS + reasoning_tokens(body)
     n = choices(body)
     best = 0
     for model in models:

@@ -19,6 +19,7 @@ import orjson
 
 from upgate.store import keyspace
 from upgate.store.background import stop_if_cancelled
+from upgate.catalog import aliases as alias_rules
 from upgate.catalog.rules import Model, model_record, not_found, valid_id
 from upgate.catalog.store import READ, decode_snapshot, syncs
 from upgate.errors import GatewayError
@@ -46,7 +47,9 @@ class _Snapshot:
                 log.warning("catalog: unreadable price-sync record for provider %s", provider)
         self.visible = [m for m in models if not m.hidden]
         self.by_id = {m.id: m for m in self.visible}
-        self.by_alias = {a: m for m in self.visible for a in m.aliases}
+        self.by_alias = {a: m for m in self.visible for a in m.aliases if not alias_rules.is_pattern(a)}
+        self.patterns = alias_rules.Patterns([(a, m) for m in self.visible for a in m.aliases
+                                              if alias_rules.is_pattern(a)])
         # rendered once per version: the models endpoints never re-render per request
         records = [model_record(m, created) for m in self.visible]
         self.list_body = orjson.dumps({"object": "list", "data": records})
@@ -153,12 +156,16 @@ class Catalog:
         snap = self._snap
         if snap is not None and snap.by_alias and model_id in snap.by_alias:
             return snap, snap.by_alias[model_id]  # an agent's name for a catalog model
-        if not valid_id(model_id):
-            raise not_found(str(model_id))
-        snap = self._require()
-        model = snap.by_id.get(model_id)
+        model = None
+        if valid_id(model_id):
+            snap = self._require()
+            model = snap.by_id.get(model_id)
+        if model is None and snap is not None and snap.patterns:
+            model = snap.patterns.match(model_id)  # a release's new name: `claude-opus-*`
         if model is None:
-            raise not_found(model_id)
+            if valid_id(model_id):
+                raise not_found(model_id)
+            raise not_found(str(model_id))
         return snap, model
 
     def resolve(self, model_id: str) -> Model:

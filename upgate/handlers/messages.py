@@ -59,17 +59,25 @@ class MessagesHandler(MessagesFace, ChatHandler):
     def message_id(self) -> str:
         return "msg_" + self.request_id.removeprefix("req_")
 
+    @property
+    def client_model(self) -> str:
+        """The model as the client named it (an alias such as `claude-opus-4-8` stays that)."""
+        return self.names.get(self.model_id, self.model_id) or ""
+
     def _answer_bytes(self, obj: dict) -> bytes:
-        return orjson.dumps(answer.from_chat(obj, obj.get("model") or self.model_id, self.message_id))
+        return orjson.dumps(answer.from_chat(obj, obj.get("model") or self.client_model, self.message_id))
 
     def _events(self) -> EventEncoder:
         if self._encoder is None:
             estimate = self._prompt(self._chat) if self._chat is not None else 0
-            self._encoder = EventEncoder(self.model_id or "", self.message_id, estimate)
+            self._encoder = EventEncoder(self.client_model, self.message_id, estimate)
         return self._encoder
 
     def _sse(self, obj: dict) -> bytes:
-        return self._events().chunk(obj)
+        encoder = self._events()
+        if not encoder.started:  # message_start: a native provider's real input count, where it sent one
+            encoder.start_usage(getattr(self._parser, "start_usage", None))
+        return encoder.chunk(obj)
 
     def _sse_end(self) -> bytes:
         return self._events().end()

@@ -59,6 +59,7 @@ class ProxyHandler(Failover, StreamRelay, BaseHandler):
     billing = None  # "settled" | "released", for metrics
     free = False
     model_id = None  # the model the client asked for (its first, with a `models` list)
+    names: dict = {}  # catalog id → the alias the client asked for it by (answers name it)
     ttfb_ms = None  # request arrival → the answering provider's response headers
     record = None  # the request record (upgate/services/records.py) settle/release kept; the access log too
     prompt_estimate: int | None = None  # the body's prompt tokens as sizing estimates them, once
@@ -97,6 +98,8 @@ class ProxyHandler(Failover, StreamRelay, BaseHandler):
             await self._peek_rate(key)
             raise
         self.stream, self.model_id = req.stream, models[0].id
+        if any(m.id != name for m, name in zip(models, req.model_ids)):
+            self.names = {m.id: name for m, name in zip(models, req.model_ids)}
         free = all(m.free for m in models)
         hold_micro = 0 if free else sizing.hold_micro(req.body, models, prompt=self.prompt_estimate)
         alternative = None
@@ -171,9 +174,9 @@ class ProxyHandler(Failover, StreamRelay, BaseHandler):
         if model.routed:
             model = model.via(route)  # names the route's provider and upstream model; same prices
         key_var, api_key = ctx.routes.pick_key(provider) if provider.pooled else (None, None)
-        payload = prepare_body(req.body, provider.dialect, model.upstream_model, req.stream,
-                               path=self.PATH)
-        call = self._call = ctx.upstream.open(provider.url(self.PATH), payload,
+        dialect, path = self._wire(provider)
+        payload = prepare_body(req.body, dialect, model.upstream_model, req.stream, path=path)
+        call = self._call = ctx.upstream.open(provider.url(path), payload,
                                               self._upstream_headers(provider, provider.headers(api_key)))
         self._attempt = (model.provider, time.monotonic())
         try:
@@ -242,7 +245,7 @@ class ProxyHandler(Failover, StreamRelay, BaseHandler):
         prompt = tokens_or(usage.get("prompt_tokens"), self._prompt(body))
         completion = tokens_or(usage.get("completion_tokens"), estimate_tokens(chars_output(obj, "message")))
         await self._settle(model, body, prompt, completion, usage)
-        as_ours(obj, model)
+        as_ours(obj, model, self.names.get(model.id))
         self._add_meta(obj, model)
         self.finish(self._answer_bytes(obj))
 
@@ -327,6 +330,11 @@ class ProxyHandler(Failover, StreamRelay, BaseHandler):
         """The provider's request headers in its dialect (a Messages client adds its
         anthropic-beta)."""
         return request_headers(provider.dialect, headers)
+
+    def _wire(self, provider) -> tuple[str, str]:
+        """(dialect, path) a request of this route goes to `provider` in (handlers/responses.py
+        sends a Responses request as it is to a provider that speaks that API)."""
+        return provider.dialect, self.PATH
 
     def _dialect(self, model) -> str:
         provider = self.ctx.providers.get(model.provider)

@@ -42,6 +42,8 @@ class StreamRelay:
     """Uses ProxyHandler's state (hold, key, answered, _call, _gone, ...) and its _settle,
     _add_meta and _attempt_over."""
 
+    _parser = None  # the answering provider's stream parser (a Messages client reads its first usage)
+
     def _open_sse(self) -> None:
         if self._sse_open:
             return
@@ -70,7 +72,7 @@ class StreamRelay:
         report it on every chunk, and the first is not the bill. The client's headers go out
         with the first event (or the first keep-alive): a provider that answers 200 and then
         fails before any event is a failed candidate, and the next `models` entry is tried."""
-        parser = stream_parser(self._dialect(model))
+        parser = self._parser = stream_parser(self._dialect(model))
         # The gateway asked upstream for usage on the client's behalf; a client that did not ask
         # must not get a chunk with empty `choices` (common code indexes choices[0]).
         meta = self._meta
@@ -81,6 +83,7 @@ class StreamRelay:
         ended = False  # the relay is over: whatever else the provider sends is dropped
         chars = 0  # of content the client was sent: what a cut stream is billed for
         last: dict = {}  # the last chunk relayed: a usage chunk of our own copies its id
+        name = self.names.get(model.id)  # the alias the client asked by, if it did
 
         def relay_now(data: bytes) -> bool:
             nonlocal chars, last
@@ -102,7 +105,7 @@ class StreamRelay:
                 n_chars += chars_output(obj, "delta")
                 if not self._generated and _finishes(payload, obj):
                     self._generated = True
-                as_ours(obj, model)
+                as_ours(obj, model, name)
                 sent.append(self._sse(obj))
                 last = obj
             if sent:
@@ -120,7 +123,7 @@ class StreamRelay:
 
         def send(obj: dict) -> int:
             nonlocal last
-            as_ours(obj, model)
+            as_ours(obj, model, name)
             event = self._sse(obj)
             if not self._sse_open:
                 self._open_sse()  # the headers leave with the first event
@@ -251,7 +254,7 @@ class StreamRelay:
         """A usage chunk of our own, shaped like the stream's last chunk."""
         return {"id": last.get("id") or "gen-" + self.request_id,
                 "object": last.get("object") or "chat.completion.chunk",
-                "created": last.get("created") or int(time.time()), "model": model.id,
+                "created": last.get("created") or int(time.time()), "model": self.names.get(model.id, model.id),
                 "provider": model.provider, "choices": [], "usage": usage}
 
     async def _cut(self, model, body, chars: int, error: Exception | None, usage: dict | None) -> None:

@@ -13,6 +13,7 @@ import orjson
 from upgate.messages import answer
 
 _SIGNED = "reasoning.text"
+_START_FIELDS = ("input_tokens", "output_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
 
 
 def event(kind: str, data: dict) -> bytes:
@@ -30,6 +31,13 @@ class EventEncoder:
         self.stop_sequence = None
         self.delta_sent = False
         self.stopped = False
+        self.first_usage: dict | None = None  # the provider's own message_start usage
+
+    def start_usage(self, usage: dict | None) -> None:
+        """message_start carries these counts (an anthropic provider's real ones) rather than
+        the gateway's estimate."""
+        if isinstance(usage, dict) and type(usage.get("input_tokens")) is int:
+            self.first_usage = {k: v for k, v in usage.items() if k in _START_FIELDS and type(v) is int}
 
     def chunk(self, obj: dict) -> bytes:
         """The events for one chat chunk (b"" when it carries nothing a client sees)."""
@@ -90,7 +98,7 @@ class EventEncoder:
         self.started = True
         message = {"id": self.message_id, "type": "message", "role": "assistant",
                    "model": self.model_id, "content": [], "stop_reason": None, "stop_sequence": None,
-                   "usage": {"input_tokens": self.input_tokens, "output_tokens": 0}}
+                   "usage": self.first_usage or {"input_tokens": self.input_tokens, "output_tokens": 0}}
         return event("message_start", {"type": "message_start", "message": message}) + \
             event("ping", {"type": "ping"})
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import orjson
 from tornado.iostream import StreamClosedError
 
+from upgate.mock import tool_loop
 from upgate.mock.behaviour import AnswerHandler, prompt_tokens
 
 VERSION = "2023-06-01"
@@ -53,6 +54,12 @@ class MessagesHandler(AnswerHandler):
         tools = body.get("tools")
         tool = tools[0].get("name", "tool") if self.opts.get("tool_calls") and isinstance(tools, list) \
             and tools and isinstance(tools[0], dict) else None
+        texts = [f"tok{k} " for k in range(steps)]
+        args = [_arg_piece(k, steps) for k in range(steps)]
+        if tool is None and self.opts.get("tool_loop"):
+            tool, texts, args = _loop(body, texts)
+            steps = len(args) if tool else len(texts)
+            usage["output_tokens"] = steps
         thinking = isinstance(body.get("thinking"), dict) and body["thinking"].get("type") == "enabled"
         stop = "tool_use" if tool else "max_tokens" if self.length_cut() else "end_turn"
         seq = next((s for s in body.get("stop_sequences") or () if isinstance(s, str) and s.startswith("tok")
@@ -60,14 +67,15 @@ class MessagesHandler(AnswerHandler):
         if seq is not None and not tool:  # "tokN" ends the answer before it, as Anthropic's does
             steps, stop = int(seq[3:]), "stop_sequence"
             usage["output_tokens"] = steps
+            texts = texts[:steps]
         mid = f"msg_mock{self.state.serial}"
         if not self.stream:
             content = [{"type": "thinking", "thinking": "mock thinking", "signature": "sig-mock"}] if thinking else []
             if tool:
                 content.append({"type": "tool_use", "id": f"toolu_mock{self.state.serial}", "name": tool,
-                                "input": {"t": "".join(f"tok{k} " for k in range(steps))}})
+                                "input": orjson.loads("".join(args))})
             else:
-                content.append({"type": "text", "text": "".join(f"tok{k} " for k in range(steps))})
+                content.append({"type": "text", "text": "".join(texts)})
             return await self.send_json({"id": mid, "type": "message", "role": "assistant",
                                          "model": body.get("model"), "content": content,
                                          "stop_reason": stop, "stop_sequence": seq, "usage": usage})
@@ -84,11 +92,10 @@ class MessagesHandler(AnswerHandler):
         if tool:
             head.append(_start(index, {"type": "tool_use", "id": f"toolu_mock{self.state.serial}",
                                        "name": tool, "input": {}}))
-            pieces = [_delta(index, {"type": "input_json_delta", "partial_json": _arg_piece(k, steps)})
-                      for k in range(steps)]
+            pieces = [_delta(index, {"type": "input_json_delta", "partial_json": a}) for a in args]
         else:
             head.append(_start(index, {"type": "text", "text": ""}))
-            pieces = [_delta(index, {"type": "text_delta", "text": f"tok{k} "}) for k in range(steps)]
+            pieces = [_delta(index, {"type": "text_delta", "text": t}) for t in texts]
         tail = [_stop(index), event("message_delta", {"type": "message_delta", "delta": {
             "stop_reason": stop, "stop_sequence": seq}, "usage": {"output_tokens": steps}}),
             event("message_stop", {"type": "message_stop"})]
@@ -112,6 +119,23 @@ class MessagesHandler(AnswerHandler):
         except StreamClosedError:
             return
         self.finish()
+
+
+def _loop(body: dict, texts: list[str]) -> tuple[str | None, list[str], list[str]]:
+    """The tool loop in the Messages API (upgate/mock/tool_loop.py): a tool_use of a tool the
+    agent runs, or the text answer once the last user turn carries its tool_result."""
+    messages = body.get("messages") if isinstance(body.get("messages"), list) else []
+    last = messages[-1] if messages and isinstance(messages[-1], dict) else {}
+    content = last.get("content") if isinstance(last.get("content"), list) else []
+    results = [b for b in content if isinstance(b, dict) and b.get("type") == "tool_result"]
+    if results:
+        return None, tool_loop.answer(tool_loop.text_of(results[-1].get("content"))), []
+    names = [t.get("name") for t in body.get("tools") or () if isinstance(t, dict)
+             and t.get("type") in (None, "custom") and not t.get("defer_loading")]
+    planned = tool_loop.call([x for x in names if isinstance(x, str)])
+    if planned is None:
+        return None, texts, []
+    return planned[0], [], [orjson.dumps(planned[1]).decode()]
 
 
 def _arg_piece(k: int, steps: int) -> str:

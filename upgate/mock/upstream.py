@@ -2,7 +2,7 @@
 
 Run it with `upgate mock-upstream --port N`, or in-process with `await serve(port)`.
 `POST /v1/messages` speaks the Messages API: a provider of the `anthropic` dialect
-(upgate/mock/anthropic.py).
+(upgate/mock/anthropic.py); `POST /v1/responses` the Responses API (upgate/mock/responses.py).
 
 Token accounting is deterministic so tests can compute exact costs:
 - completion_tokens = the number of content chunks: `mock.chunks` (default 5), capped by
@@ -22,7 +22,9 @@ unknown fields unchanged), over process-wide defaults set with `POST /_mock/conf
   string if any, then an abrupt close), garbage (200 with a non-JSON body; a string sets
   it), no_usage, echo (the received body comes back under `mock_echo`), tool_calls (answer
   with a call of the first tool, its arguments spread over the chunks), cached_tokens N and
-  cache_write_tokens N (reported in usage.prompt_tokens_details), cost (USD, reported as
+  cache_write_tokens N (reported in usage.prompt_tokens_details), tool_loop (one call of a tool
+  a real agent runs, then a text answer once its result comes back: upgate/mock/tool_loop.py),
+  cost (USD, reported as
   usage.cost like OpenRouter), refuse_keys [KEY, …] (401 invalid_api_key for a request whose
   bearer key is one of them, as a provider does for a revoked key).
 For a non-stream response, cut_after / silence_after act after the headers (N = 0) or
@@ -44,7 +46,7 @@ import orjson
 from tornado import netutil, web
 
 from upgate.http.connection import HTTP1Server
-from upgate.mock import anthropic
+from upgate.mock import anthropic, responses, tool_loop
 from upgate.mock.behaviour import MAX_WAIT_S, MODELS, MockState, MockHandler, AnswerHandler, prompt_tokens
 
 
@@ -67,8 +69,13 @@ class ChatHandler(AnswerHandler):
         prompt = prompt_tokens(body.get("messages", []))
         tools = body.get("tools")
         tool_name = None
+        texts = [f"tok{k} " for k in range(steps)]  # the content, chunk by chunk
+        args = [_tool_arg_piece(k, steps) for k in range(steps)]  # a tool call's, chunk by chunk
         if self.opts.get("tool_calls") and isinstance(tools, list) and tools:
             tool_name = (tools[0].get("function") or {}).get("name", "tool")
+        elif self.opts.get("tool_loop"):
+            tool_name, texts, args = _loop(body, texts)
+            steps = len(args) if tool_name else len(texts)
         finish = "tool_calls" if tool_name else ("length" if self.length_cut() else "stop")
         usage = None if self.opts.get("no_usage") else self.usage(prompt, steps * n)
         head = self.head("chatcmpl", "chat.completion.chunk" if self.stream else "chat.completion")
@@ -78,11 +85,10 @@ class ChatHandler(AnswerHandler):
             for i in range(n):
                 message: dict = {"role": "assistant", "content": None, "refusal": None}
                 if tool_name:
-                    message["tool_calls"] = [{"id": f"call_mock{i}", "type": "function",
-                                              "function": {"name": tool_name,
-                                                           "arguments": _tool_args(steps)}}]
+                    message["tool_calls"] = [{"id": f"call_mock{self.state.serial}_{i}", "type": "function",
+                                              "function": {"name": tool_name, "arguments": "".join(args)}}]
                 else:
-                    message["content"] = "".join(f"tok{k} " for k in range(steps))
+                    message["content"] = "".join(texts)
                 choices.append({"index": i, "message": message, "logprobs": None,
                                 "finish_reason": finish})
             doc = {**head, "choices": choices}
@@ -94,13 +100,13 @@ class ChatHandler(AnswerHandler):
             for i in range(n):
                 delta: dict = {"role": "assistant"} if k == 0 else {}
                 if tool_name:
-                    call: dict = {"index": 0, "function": {"arguments": _tool_arg_piece(k, steps)}}
+                    call: dict = {"index": 0, "function": {"arguments": args[k]}}
                     if k == 0:
-                        call.update(id=f"call_mock{i}", type="function")
+                        call.update(id=f"call_mock{self.state.serial}_{i}", type="function")
                         call["function"]["name"] = tool_name
                     delta["tool_calls"] = [call]
                 else:
-                    delta["content"] = f"tok{k} "
+                    delta["content"] = texts[k]
                 content.append({**head, "choices": [{"index": i, "delta": delta, "logprobs": None,
                                                      "finish_reason": None}]})
         tail = [{**head, "choices": [{"index": i, "delta": {}, "logprobs": None,
@@ -108,6 +114,21 @@ class ChatHandler(AnswerHandler):
         if usage and self.wants_stream_usage():
             tail.append({**head, "choices": [], "usage": usage})
         await self.send_stream(content, tail)
+
+
+def _loop(body: dict, texts: list[str]) -> tuple[str | None, list[str], list[str]]:
+    """The tool loop on the chat route: (tool name, [], argument pieces) for a call, or
+    (None, text pieces, []) once the conversation ends with the tool's result (`texts`, the
+    usual answer, without tools)."""
+    messages = body.get("messages") if isinstance(body.get("messages"), list) else []
+    last = messages[-1] if messages and isinstance(messages[-1], dict) else {}
+    names = [(t.get("function") or {}).get("name") for t in body.get("tools") or () if isinstance(t, dict)]
+    planned = tool_loop.call([x for x in names if isinstance(x, str)])
+    if last.get("role") == "tool":
+        return None, tool_loop.answer(tool_loop.text_of(last.get("content"))), []
+    if planned is None:
+        return None, texts, []
+    return planned[0], [], [orjson.dumps(planned[1]).decode()]
 
 
 def _tool_arg_piece(k: int, steps: int) -> str:
@@ -225,6 +246,7 @@ def make_app(state: MockState | None = None) -> web.Application:
         (r"/v1/completions", CompletionsHandler, args),
         (r"/v1/embeddings", EmbeddingsHandler, args),
         (r"/v1/messages", anthropic.MessagesHandler, args),  # the anthropic dialect (mock/anthropic.py)
+        (r"/v1/responses", responses.ResponsesHandler, args),  # a provider with `responses = true`
         (r"/v1/models", ModelsHandler, args),
         (r"/_mock/config", ConfigHandler, args),
         (r"/_mock/stats", StatsHandler, args),

@@ -94,7 +94,7 @@ def parse_amount(text: str, *, allow_negative: bool = False, what: str = "amount
         plain = numbers.plain_number(text, negative=True)
     except numbers.NumberError:
         shown = text[:numbers.MAX_NUMBER_CHARS] if isinstance(text, str) else text
-        raise InvalidAmount(f"{what} must be a decimal number of toman "
+        raise InvalidAmount(f"{what} must be a plain decimal number of toman "
                             f"(like 1500 or 1500.25), got {shown!r}", reason="amount_malformed") from None
     try:
         return money.parse_toman(plain, allow_negative=allow_negative)

@@ -200,6 +200,7 @@ class StreamParser:
         self._id, self._model = "", ""
         self._usage: dict = {}
         self._tools = 0
+        self.start_usage: dict | None = None  # message_start's usage: the provider's real input count
 
     def feed(self, data: bytes) -> list[bytes]:
         out = []
@@ -227,7 +228,8 @@ class StreamParser:
         if kind == "message_start":
             msg = ev.get("message") if isinstance(ev.get("message"), dict) else {}
             self._id, self._model = msg.get("id") or "", msg.get("model") or ""
-            self._usage = dict(msg.get("usage") or {})
+            self._usage = dict(msg.get("usage") or {}) if isinstance(msg.get("usage"), dict) else {}
+            self.start_usage = self._usage
             return [self._chunk({"role": "assistant", "content": ""})]
         if kind == "content_block_start":
             block = ev.get("content_block") if isinstance(ev.get("content_block"), dict) else {}
