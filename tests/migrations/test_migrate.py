@@ -212,3 +212,18 @@ def test_migrate_on_a_redis_cluster(cluster_url):
     assert result["mismatches"] == [] and result["unmigrated"] == 0
     assert phone_index.owner(r, "+989120000005") == ids[5]
     assert phone_index.owner(r, "+989120000000") == phone_index.SHARED
+
+
+def test_serve_warns_while_a_migration_is_pending(redis_url, caplog):
+    from upgate import server
+
+    seed(redis_url)  # an account, and no migration recorded: pending
+    with caplog.at_level("WARNING", logger="upgate"):
+        server.check_store(redis_url)
+    assert any("needs 3 migration(s)" in r.getMessage() and "upgate-admin migrate" in r.getMessage()
+               for r in caplog.records), caplog.text
+    migrations.run(store.connect_sync(redis_url))
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="upgate"):
+        server.check_store(redis_url)
+    assert not any("migration" in r.getMessage() for r in caplog.records)
