@@ -68,8 +68,9 @@ def count_window(client, ids: list[str], lo_ms: int, hi_ms: int, batch: int = 50
 
 
 def account_window(client, ids: list[str], lo_ms: int, hi_ms: int, per_account: int):
-    """(record, time ms) of each account's records (billed and refused) in [lo_ms, hi_ms),
-    newest first within each set, at most `per_account` of each set: one pipeline for `ids`."""
+    """(account id, stored record, time ms) of each account's records (billed and refused) in
+    [lo_ms, hi_ms), newest first within each set, at most `per_account` of each set: one
+    pipeline for `ids`. Stored form: read it with `decode` (the caller decodes only what it shows)."""
     pipe = client.pipeline(transaction=False)
     owners = []
     for acct in ids:
@@ -78,7 +79,7 @@ def account_window(client, ids: list[str], lo_ms: int, hi_ms: int, per_account: 
             owners.append(acct)
     for acct, rows in zip(owners, pipe.execute()):
         for raw, score in rows:
-            yield decode(acct, raw), int(score)
+            yield acct, raw, int(score)
 
 
 def find(client, request_id: str, *, keep_days: int | None = None) -> dict:
