@@ -63,7 +63,7 @@ ACTIONS = {
                          "GET " + ACCOUNT),
     "request.show": (("records.find",), "request show", "GET /admin/v1/requests/{request_id}",
                      "GET /admin/requests/{request_id}"),
-    "request.search": (("request_search.search", "records.count_window", "records.account_window"), "request search",
+    "request.search": (("request_search.search", "records.count_window", "records.account_window", "records.account_window_raw"), "request search",
                        "GET /admin/v1/requests", "GET /admin/requests"),
     "key.create": (("keys.create", "keys.create_key"), "key create", "POST /admin/v1/accounts/{id}/keys",
                    "POST " + ACCOUNT + "/keys"),

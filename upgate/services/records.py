@@ -105,11 +105,18 @@ def count_window(client, ids: list[str], lo_ms: int, hi_ms: int, batch: int = 50
 def account_window(client, ids: list[str], lo_ms: int, hi_ms: int, per_account: int):
     """(record, time ms) of each account's records (billed and refused) in [lo_ms, hi_ms),
     newest first within each set, at most `per_account` of each set: one pipeline for `ids`."""
+    for acct, raw, ms in account_window_raw(client, ids, lo_ms, hi_ms, per_account):
+        yield decode(acct, raw), ms
+
+
+def account_window_raw(client, ids: list[str], lo_ms: int, hi_ms: int, per_account: int):
+    """`account_window` as (account id, stored record, time ms), for a caller that decodes
+    (`decode`) only the records it shows."""
     client = _bytes(client)
     for acct, parts in zip(ids, _window(client, ids, lo_ms, hi_ms, max(1, per_account))):
         for _n, raws in parts:
             for raw in raws:
-                yield decode(acct, raw), request_record.time_of(raw)
+                yield acct, raw, request_record.time_of(raw)
 
 
 def _window(client, ids: list[str], lo_ms: int, hi_ms: int, limit: int) -> list[list[tuple[int, list]]]:
