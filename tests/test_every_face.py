@@ -105,6 +105,9 @@ ACTIONS = {
 }
 # service functions on the store that are not an operator's action, and why
 PLUMBING = {
+    "keys.catalog_models": "the one allowed-models-against-the-catalog rule the key forms call",
+    "keys.check_catalog": "the account holder's key form refusing a model the catalog does not offer",
+    "keys.customer_form_settings": "the account holder's key form (the dashboard's keys page)",
     "accounts.is_cluster": "a store helper",
     "accounts.atomic_write": "a store helper every write uses",
     "accounts.require_account": "a check the operations make",
