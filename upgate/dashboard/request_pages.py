@@ -33,17 +33,12 @@ class RequestsHandler(Page):
         return out
 
     async def get(self) -> None:
-        _ = self.locale.translate
         typed = self.typed()
         try:
             filters = request_search.check(start=typed["from"], end=typed["to"], model=typed["model"],
                                            key=typed["key"], status=typed["status"])
         except request_search.InvalidFilter as e:
-            label = {"from": _("From"), "to": _("To"), "model": _("Model"), "key": _("Key"),
-                     "status": _("Status")}[e.field]
-            text = (_("The end date is before the start date.") if str(e).startswith("`to` is before")
-                    else _("{field} was not accepted. Dates are Jalali, like 1405-08-01.").format(field=label))
-            raise Refused(400, text) from None
+            raise Refused(400, self.said(e)) from None
         if self.get_query_argument("format", "") == "csv":
             text = await self.call(_csv, self.account_id, filters)
             self.set_header("Content-Type", "text/csv; charset=UTF-8")

@@ -60,6 +60,8 @@ TEXT = {
     "month_before_account": N_("{month} is before this account was opened."),
     "range_backwards": N_("The end date is before the start date."),
     "range_too_long": N_("A report covers at most {n} days."),
+    "filter_invalid": N_("That filter is not one the page offers: choose from its lists."),
+    "phone_same": N_("That is already your number."),
     # operators' own
     "token_name_invalid": N_("An admin token's name is 1 to 64 letters, digits, dots, dashes or underscores."),
     "token_name_taken": N_("An admin token with this name exists: revoke it first."),

@@ -29,8 +29,10 @@ SPARK_DAYS = 30
 class InvalidFilter(AccountError):
     """A filter is not one the page offers; `field` names it."""
 
-    def __init__(self, message: str, field: str):
-        super().__init__(message)
+    reason = "filter_invalid"
+
+    def __init__(self, message: str, field: str, **kw):
+        super().__init__(message, **kw)
         self.field = field
 
 
@@ -38,9 +40,10 @@ def _day_ms(text: str, field: str, end: bool) -> int:
     try:
         day = jalali.parse_day(text)
     except ValueError:
-        raise InvalidFilter(f"{field} must be a Jalali date YYYY-MM-DD, got {text!r}", field) from None
+        raise InvalidFilter(f"{field} must be a Jalali date YYYY-MM-DD, got {text!r}", field,
+                            reason="date_malformed") from None
     if not 1300 <= day.year <= 1500:
-        raise InvalidFilter(f"{field} must be a Jalali date YYYY-MM-DD, got {text!r}", field)
+        raise InvalidFilter(f"{field} must be a Jalali date YYYY-MM-DD, got {text!r}", field, reason="date_malformed")
     return jalali.day_start_ms(day, 1 if end else 0)
 
 
@@ -49,7 +52,7 @@ def check(*, start: str = "", end: str = "", model: str = "", key: str = "", sta
     since = _day_ms(start, "from", False) if start else None
     until = _day_ms(end, "to", True) if end else None
     if since is not None and until is not None and until <= since:
-        raise InvalidFilter("`to` is before `from`", "to")
+        raise InvalidFilter("`to` is before `from`", "to", reason="range_backwards")
     for name, value in (("model", model), ("key", key)):
         if len(value) > 200 or not value.isprintable():
             raise InvalidFilter(f"{name} is not one the page offers", name)
