@@ -135,6 +135,22 @@ def test_first_five_minutes(browser, make_node, redis_url, mock, lang, width):
         page.screenshot(path=str(SHOTS / f"first-receipt-print-{lang}-{width}.png"), full_page=True)
         page.emulate_media(media="screen")
 
+        # --- a new phone: a code to the new number and one to the old ------------------------------
+        new_phone = "0936" + phone[4:]
+        with SmsLog() as sms:
+            page.goto("/dashboard/phone")
+            v.shoot("phone")
+            page.locator("input[name=phone]").fill(new_phone.translate(FA) if lang == "fa" else new_phone)
+            page.locator("form[action='/dashboard/phone'] button[type=submit]").click()
+            page.locator("input[name=code_new]").wait_for()
+            v.shoot("phone-codes")
+            page.locator("input[name=code_new]").fill(sms.code_for("+98" + new_phone[1:]))
+            page.locator("input[name=code_old]").fill(sms.code_for(canonical))
+            page.locator("form[action='/dashboard/phone/verify'] button[type=submit]").click()
+            page.wait_for_url("**/dashboard/phone?done=1")
+        assert accounts.show(store.connect_sync(redis_url), acct)["phone"] == "+98" + new_phone[1:]
+        v.shoot("phone-done")
+
         # --- signed-in devices, then sign out everywhere ------------------------------------------
         page.goto("/dashboard/sessions")
         assert page.locator("ul.devices li").count() == 1
