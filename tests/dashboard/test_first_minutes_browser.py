@@ -80,7 +80,9 @@ def test_first_five_minutes(browser, make_node, redis_url, mock, lang, width):
         # --- keys: last used, spent, the sparkline ------------------------------------------------
         page.goto("/dashboard/keys")
         row = page.locator("tr", has=page.locator("svg.spark"))
-        assert row.count() == 1 and row.locator("rect").count() == 1
+        assert row.count() == 1 and row.locator("svg.spark:visible").count() == 1  # a column, or under the name on a phone
+        assert row.locator("svg.spark:visible rect").count() == 1  # one day of the 30 had spending
+        assert row.locator("td:visible", has_text=jalali.day_key()[:4].translate(FA if lang == "fa" else {})).count() >= 1  # last used
         v.shoot("keys")
 
         # --- requests: filters typed in Persian digits, then the CSV ------------------------------
