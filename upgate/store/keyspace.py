@@ -411,3 +411,14 @@ def alert_sent(phone: str) -> str:
     """Sorted set: when each low-balance SMS of the last hour went to this phone (ms): the same
     hourly cap as sign-in codes, on a log of its own (upgate/alerts/low_balance.py)."""
     return phone_tag(phone) + ":alert_sent"
+
+
+def phone_change_code(phone: str, role: str) -> str:
+    """Hash, with a TTL of the code's life: a phone-change code sent to this phone (`role` "new"
+    or "old"), the same fields as a sign-in code (services/phone_verify.py)."""
+    return phone_tag(phone) + ":change:" + role
+
+
+def phone_change_sent(phone: str) -> str:
+    """Sorted set: when each phone-change code of the last hour was sent to this phone (ms)."""
+    return phone_tag(phone) + ":change_sent"
