@@ -37,7 +37,8 @@ setup(
         "uvloop>=0.19; sys_platform != 'win32'",
     ],
     extras_require={
-        "test": ["pytest>=8", "pytest-timeout>=2.3", "hypothesis>=6.100", "openai>=1.40", "httpx>=0.27",
+        "test": ["pytest>=8.4", "pytest-timeout>=2.3", "hypothesis>=6.100", "openai>=1.40", "httpx>=0.27",
+                 "pytest-xdist>=3.6",  # the suite in parallel (tests/parallel.py)
                  "anthropic>=0.40",  # the Messages API (tests/anthropic/)
                  "playwright>=1.40",  # the console's browser tests drive Debian's chromium
                  "openapi-spec-validator>=0.7", "schemathesis>=4"],  # the management API's document

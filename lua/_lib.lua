@@ -224,6 +224,7 @@ end
 -- threshold or above arms it again too. Hold churn never re-arms it: a busy account hovering at
 -- its threshold would otherwise fire on every other request.
 -- `w`: the wallet's {balance, held, low_balance, low_fired} when the caller read them already.
+-- Returns 1 when it fired (the caller hands that on: the customer's SMS, upgate/alerts/), else 0.
 local function low_balance_check(wallet, outbox, state, index, account_id, now_ms, credit, w)
   w = w or rcall('HMGET', wallet, 'balance', 'held', 'low_balance', 'low_fired')
   local threshold = w[3]
@@ -241,10 +242,12 @@ local function low_balance_check(wallet, outbox, state, index, account_id, now_m
       emit_event(outbox, state, index, account_id, 'wallet.low_balance',
                  {account_id = account_id, balance_toman = toman(balance), available_toman = toman(available),
                   low_balance_toman = toman(threshold)}, now_ms)
+      return 1
     end
   elseif credit and w[4] then
     rcall('HDEL', wallet, 'low_fired')
   end
+  return 0
 end
 
 -- key.monthly_limit_reached, once per key and Jalali month (a `limit_event:<month>` flag on the

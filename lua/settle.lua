@@ -37,7 +37,9 @@
     ARGV[15] how long records are kept, ms
     ARGV[16] at most this many records per account
 
-  Output: {code, balance, wallet_held}
+  Output: {code, balance, wallet_held, low_fired}
+    low_fired 1: this charge took available below the low-balance threshold (wallet.low_balance
+    was emitted; the node texts the customer, upgate/alerts/), else 0
     code 1  settled an open hold
     code 2  charged a hold the reaper had released
     code 0  nothing changed: unknown, already settled or released
@@ -83,7 +85,7 @@ if key_live then
     limit_reached(key_record, outbox, outbox_state, outbox_index, account_id, key_id, month, monthly, spent, now)
   end
 end
-low_balance_check(wallet, outbox, outbox_state, outbox_index, account_id, now, false,
+local fired = low_balance_check(wallet, outbox, outbox_state, outbox_index, account_id, now, false,
                   {balance, w[1], w[3], w[4]})
 
 -- the day's aggregates for the usage report: `<dimension>|<name>|<metric>`. A day's totals are
@@ -112,4 +114,4 @@ end
 keep_record(records, ARGV[13], ARGV[12], ARGV[11], ARGV[10], now, tonumber(ARGV[15]),
             tonumber(ARGV[16]), wallet, w[5])
 
-return {code, balance, tonumber(w[1]) or 0}
+return {code, balance, tonumber(w[1]) or 0, fired}

@@ -29,3 +29,38 @@ def browser():
         b = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
         yield b
         b.close()
+
+
+# The layout measure of a page a person reads (docs/testing.md): nothing wider than the viewport,
+# no text cut by its box, every control at least 40 px high and wide (text links inside a
+# sentence excepted, as WCAG's target-size rule does). Run in the page; returns what is wrong.
+LAYOUT_MEASURE = """(width) => {
+  const bad = [];
+  const name = (e) => e.tagName.toLowerCase() + (e.id ? '#' + e.id : '') +
+    (e.className && typeof e.className === 'string' ? '.' + e.className.trim().split(/\\s+/).join('.') : '') +
+    ' "' + (e.innerText || e.value || '').trim().slice(0, 30) + '"';
+  if (document.documentElement.scrollWidth > width) {
+    bad.push('page is ' + document.documentElement.scrollWidth + ' px wide');
+    for (const e of document.querySelectorAll('body *')) {  // what sticks out, innermost first
+      const r = e.getBoundingClientRect();
+      if ((r.right > width + 1 || r.left < -1) && !e.closest('.scroll') &&
+          ![...e.children].some((c) => { const q = c.getBoundingClientRect(); return q.right > width + 1 || q.left < -1; }))
+        bad.push('sticks out: ' + name(e));
+    }
+  }
+  for (const e of document.querySelectorAll('body *')) {
+    const s = getComputedStyle(e);
+    if (s.display === 'none' || s.visibility === 'hidden' || e.closest('svg') || e.closest('.skip')) continue;
+    const r = e.getBoundingClientRect();
+    if (!r.width && !r.height) continue;
+    if ((s.overflowX === 'hidden' || s.overflowX === 'clip' || s.textOverflow === 'ellipsis') &&
+        e.scrollWidth > e.clientWidth + 1 && !e.classList.contains('chartbox')) bad.push('cut: ' + name(e));
+    const control = e.matches('button, input:not([type=hidden]), select, textarea, summary, a.button, nav a, .tools a');
+    if (control && (r.height < 40 || r.width < 40)) bad.push('small target ' + Math.round(r.width) + 'x' + Math.round(r.height) + ': ' + name(e));
+  }
+  return bad;
+}"""
+
+
+def layout_problems(page, width: int) -> list[str]:
+    return page.evaluate(LAYOUT_MEASURE, width)

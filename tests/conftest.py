@@ -8,6 +8,8 @@ import redis
 from tests.procs import RedisCluster, RedisServer
 from upgate.store import connection as store
 
+pytest_plugins = ["tests.parallel"]  # workers, groups and tests that run alone (pytest-xdist)
+
 
 @pytest.fixture(scope="session")
 def redis_server():

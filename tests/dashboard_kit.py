@@ -68,8 +68,8 @@ def send_code(c: httpx.Client, phone: str, code: str, page: httpx.Response) -> h
                                                    "next": "/dashboard/"})
 
 
-def signed_in(node, sms: SmsLog, phone: str, canonical: str | None = None) -> httpx.Client:
-    c = httpx.Client(base_url=node.url, follow_redirects=False, timeout=30)
+def signed_in(node, sms: SmsLog, phone: str, canonical: str | None = None, headers: dict | None = None) -> httpx.Client:
+    c = httpx.Client(base_url=node.url, follow_redirects=False, timeout=30, headers=headers)
     seen = len(sms.lines)
     page = ask_code(c, phone)
     assert page.status_code == 200, page.text

@@ -17,26 +17,59 @@ import time
 import redis
 
 
-def free_port() -> int:
+# Ports: below the kernel's ephemeral range (32768+ on Linux), so no client socket and no bind
+# to port 0 ever holds one, and a slice of their own for each pytest-xdist worker, walked in
+# turn: a server stopped to be restarted on its port (tests/test_faults.py, the store restart
+# tests) cannot see it taken meanwhile by another worker, nor by its own worker's next server.
+_PLAIN = range(10000, 20000)
+_CLUSTER = range(20000, 22768)  # cluster bus = port + 10000: 30000-32767, below the range too
+
+
+def _slice(ports: range) -> range:
+    n = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    i = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0")[2:] or 0) % n
+    size = len(ports) // n
+    return range(ports.start + i * size, ports.start + (i + 1) * size)
+
+
+def _bindable(port: int) -> bool:
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+class _Walk:
+    """The next ports of this worker's slice, from a random start (two test runs at once on one
+    machine are unlikely to walk the same ports), skipping any that something holds."""
+
+    def __init__(self, ports: range):
+        import random
+
+        self.ports = _slice(ports)
+        self.at = random.randrange(len(self.ports))
+
+    def next(self, *, plus: int = 0) -> int:
+        for _ in range(len(self.ports)):
+            port = self.ports[self.at]
+            self.at = (self.at + 1) % len(self.ports)
+            if _bindable(port) and (not plus or _bindable(port + plus)):
+                return port
+        raise RuntimeError(f"no free port in {self.ports}")
+
+
+_plain, _cluster = _Walk(_PLAIN), _Walk(_CLUSTER)
+
+
+def free_port() -> int:
+    return _plain.next()
 
 
 def free_cluster_port() -> int:
     """A port whose cluster bus port (+10000) is free too, so both fit below 65536."""
-    import random
-
-    for _ in range(200):
-        port = random.randint(20000, 30000)
-        try:
-            for p in (port, port + 10000):
-                with socket.socket() as s:
-                    s.bind(("127.0.0.1", p))
-            return port
-        except OSError:
-            continue
-    raise RuntimeError("no free port pair for a cluster node")
+    return _cluster.next(plus=10000)
 
 
 def wait_port(port: int, timeout: float = 15.0, proc: subprocess.Popen | None = None) -> None:
@@ -70,8 +103,9 @@ class RedisServer:
         if not exe:
             raise RuntimeError("redis-server is not on PATH (.ci/run installs it)")
         self.proc = subprocess.Popen(
+            # a replica's first sync starts at once, not after the default 5 s wait for others
             [exe, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-             "--appendonly", "no", "--dir", self.dir, *self.extra],
+             "--appendonly", "no", "--repl-diskless-sync-delay", "0", "--dir", self.dir, *self.extra],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )
         deadline = time.monotonic() + 10

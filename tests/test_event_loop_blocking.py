@@ -106,6 +106,7 @@ def test_no_call_on_the_event_loop_thread_blocks_it(node, redis_url):
     assert _Watch.seen == []
 
 
+@pytest.mark.serial  # it measures time: nothing else may run meanwhile (tests/parallel.py)
 def test_no_callback_holds_the_event_loop_long(node, redis_url, caplog):
     """asyncio's debug mode logs every callback that ran longer than slow_callback_duration."""
     key, _, _ = seed(redis_url, balance="1000000")
@@ -270,6 +271,7 @@ def test_a_long_allowed_models_list_is_refused_without_holding_the_loop(node, re
     assert_loop_free(lag)
 
 
+@pytest.mark.serial  # it measures time: nothing else may run meanwhile (tests/parallel.py)
 def test_heavy_reads_do_not_hold_up_a_topup(node, redis_url):
     """A read-only token's distinct /overview ranges filled the 4-worker admin pool: a top-up
     queued behind them for seconds. Reads now have their own pool, and overviews go one at a

@@ -131,6 +131,7 @@ ROUTES = [  # (method and path, the answer before any of the body is read)
 ]
 
 
+@pytest.mark.serial  # it measures time: nothing else may run meanwhile (tests/parallel.py)
 def test_a_gigabyte_to_any_admin_address_is_refused_unread(gateway):
     """Content-Length: 1e9 and bytes as fast as loopback takes them: the answer comes at once,
     the connection closes, the node's memory does not grow, and the loop stays free."""
@@ -151,6 +152,7 @@ def test_a_gigabyte_to_any_admin_address_is_refused_unread(gateway):
     assert poller.worst < GAP_LIMIT_S, f"/healthz waited {poller.worst * 1000:.0f} ms"
 
 
+@pytest.mark.serial  # it measures time: nothing else may run meanwhile (tests/parallel.py)
 def test_twenty_bodies_of_20_mb_without_a_token_cost_nothing(gateway):
     """Before: each was read and shape-checked, then refused 401 (1-2 s stalls for 20)."""
     n = (20 << 20) // 3

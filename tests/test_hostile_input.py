@@ -71,6 +71,7 @@ def post_raw(node, body: bytes, key: str | None) -> int:
         return 0  # refused and closed before the whole body was sent
 
 
+@pytest.mark.serial  # it measures time: nothing else may run meanwhile (tests/parallel.py)
 def test_bodies_of_tiny_arrays_do_not_stall_other_streams(node, redis_url):
     """A valid key with no balance and rpm 1, and a request without a key, each sending 19 MB
     of nested arrays: today seconds of stall per request."""
@@ -87,6 +88,7 @@ def test_bodies_of_tiny_arrays_do_not_stall_other_streams(node, redis_url):
     assert gap < GAP_LIMIT_S, f"a stream stalled {gap * 1000:.0f} ms"
 
 
+@pytest.mark.serial  # it measures time: nothing else may run meanwhile (tests/parallel.py)
 def test_the_worst_body_within_the_limits_does_not_stall_other_streams(node, redis_url):
     """A funded key's 19 MB body just inside every limit (nearly 400,000 values, 99,000 of them
     objects, the rest one long string) is parsed: that parse is all it may cost the others."""
@@ -241,6 +243,7 @@ def test_a_header_block_past_64_kb_is_431(node):
     assert _read_until_closed(sock).startswith(b"HTTP/1.1 431 ")
 
 
+@pytest.mark.serial  # it measures time: nothing else may run meanwhile (tests/parallel.py)
 def test_huge_header_blocks_do_not_stall_other_streams(node, redis_url):
     """1 MB blocks of ~170,000 short lines, pipelined on several connections at once."""
     streamer, _, _ = seed(redis_url, balance="1000000")

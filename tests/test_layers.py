@@ -12,7 +12,7 @@ LAYERS = [
     ("store, wire", ["upgate.store", "upgate.http", "upgate.upstream", "upgate.sms", "upgate.messages"]),
     ("money, catalog", ["upgate.billing", "upgate.catalog", "upgate.routes"]),
     ("services", ["upgate.services", "upgate.webhooks", "upgate.i18n", "upgate.payments",
-                  "upgate.migrations"]),
+                  "upgate.migrations", "upgate.alerts"]),
     ("faces", ["upgate.handlers", "upgate.console", "upgate.dashboard", "admin_cli",
                "upgate.mock"]),
     ("entry points", ["upgate.app", "upgate.context", "upgate.server", "upgate.cli", "upgate.demo"]),

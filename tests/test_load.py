@@ -38,6 +38,9 @@ from tests.load_kit import (HELLO, AccountSpec, MockProcess, Sampler, Tally, acc
 from upgate.billing import money
 from upgate.store import keyspace
 
+# a bounded run with rpm windows and stream timings: alone, with both cores (tests/parallel.py)
+pytestmark = pytest.mark.serial
+
 ACCOUNTS = 3
 MONTHLY_LIMITS = [micro("15"), None, micro("30"), None]  # per key of every account
 WORKERS_PER_KEY = 4  # 16 client threads per account: more streams at once than its 10 slots

@@ -148,6 +148,7 @@ def test_metrics_count_reaped_holds(make_node, redis_url):
     assert _wallet(redis_url, account_id) == (100_000_000_000, 0)
 
 
+@pytest.mark.serial  # it measures time: nothing else may run meanwhile (tests/parallel.py)
 def test_upstream_time_of_failed_and_cut_attempts_is_not_gateway_overhead(make_node, redis_url):
     node = make_node(upstream_silence_s=0.6)
     key, _, _ = seed(redis_url, balance="100000")

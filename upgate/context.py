@@ -52,6 +52,11 @@ class Context:
         self._tasks: list[asyncio.Task] = []
         self.webhooks = None  # the delivery engine, when UPGATE_WEBHOOK_URL and _SECRET are set
         self.signin = _signin(settings)  # the dashboard's sign-in by SMS code
+        from upgate.alerts import low_balance
+
+        # the customer's low-balance SMS, once per crossing that a settlement reports
+        self.alerts = low_balance.build(settings, self.redis)
+        self.ledger.on_low_balance = self.alerts.fire
 
     async def start(self) -> None:
         if self.settings.sms == "log":
@@ -97,6 +102,7 @@ class Context:
             await self.webhooks.stop()
             await self.webhooks.client.aclose()
             self.webhooks = None
+        await self.alerts.close()
         if self.access_log is not None:
             self.access_log.close()
         self.admin.close()
@@ -234,10 +240,8 @@ def _signin(settings: Settings):
 
     sender = sms.make(settings.sms, api_key=settings.sms_api_key, template=settings.sms_template,
                       url=settings.sms_url)
-    # until the first real send is timed, a code that is never sent waits what a provider's
-    # round trip typically takes (the log driver: nothing)
     return SignIn(sender, secret_from_pepper(settings.key_pepper), settings.signup_open,
-                  settings.signup_credit_toman, typical_send_s=0.0 if settings.sms == "log" else 0.4)
+                  settings.signup_credit_toman)
 
 
 async def _close(pubsub) -> None:

@@ -82,6 +82,7 @@ class Settings:
     sms_api_key: str = ""
     sms_template: str = ""
     sms_url: str = ""  # a provider's base address (tests: a loopback fake)
+    sms_alert_template: str = ""  # the low-balance SMS's template (kavenegar/smsir); "" = no alert SMS
     signup_open: bool = False  # UPGATE_SIGNUP=open: a verified phone without an account gets one
     signup_credit_toman: str = "0"  # its opening balance
     # payments (docs/payments.md): off | zarinpal | zibal | fake
@@ -95,6 +96,11 @@ class Settings:
     payments_timeout_s: float = 10.0  # one call to the payment gateway (at most 30)
     payments_reconcile_s: float = 60.0  # how often open orders are verified again
     payments_expire_s: float = 1800.0  # an order unpaid this long is expired
+    # the printable receipt of a paid top-up (docs/dashboard.md "Receipts")
+    business_name: str = ""  # UPGATE_BUSINESS_NAME
+    business_address: str = ""  # UPGATE_BUSINESS_ADDRESS
+    vat_percent: str = ""  # UPGATE_VAT_PERCENT, e.g. "10": the paid amount includes it; "" = no VAT line
+    tax_id: str = ""  # UPGATE_TAX_ID (required with a VAT percent)
     extra: dict = field(default_factory=dict)
 
     @property
@@ -191,6 +197,7 @@ def from_env(env: dict | None = None) -> Settings:
         request_log_days=_positive(env, "UPGATE_REQUEST_LOG_DAYS", Settings.request_log_days),
         request_log_max=_positive(env, "UPGATE_REQUEST_LOG_MAX", Settings.request_log_max),
         **_dashboard(env),
+        **_receipt(env),
         **pay,
     )
 
@@ -231,7 +238,29 @@ def _dashboard(env: dict) -> dict:
         raise SettingsError(f"UPGATE_SIGNUP_CREDIT_TOMAN must be a toman amount of 0 or more, got {credit!r}") from None
     return {"public_url": public, "sms": sms, "sms_api_key": env.get("UPGATE_SMS_API_KEY", ""),
             "sms_template": env.get("UPGATE_SMS_TEMPLATE", ""), "sms_url": env.get("UPGATE_SMS_URL", "").strip(),
+            "sms_alert_template": env.get("UPGATE_SMS_ALERT_TEMPLATE", "").strip(),
             "signup_open": signup == "open", "signup_credit_toman": credit}
+
+
+def _receipt(env: dict) -> dict:
+    """The business on a top-up's receipt; a VAT percent (0 < p <= 100, at most two decimals)
+    needs the tax id that must print beside it."""
+    from decimal import Decimal, InvalidOperation
+
+    vat = env.get("UPGATE_VAT_PERCENT", "").strip()
+    tax_id = env.get("UPGATE_TAX_ID", "").strip()
+    if vat:
+        try:
+            rate = Decimal(vat)
+            if not (rate.is_finite() and 0 < rate <= 100 and rate == rate.quantize(Decimal("0.01"))):
+                raise InvalidOperation
+        except InvalidOperation:
+            raise SettingsError(f"UPGATE_VAT_PERCENT must be a percentage above 0 and at most 100, got {vat!r}") from None
+        if not tax_id:
+            raise SettingsError("UPGATE_VAT_PERCENT needs UPGATE_TAX_ID: a receipt with VAT must show the tax id")
+    return {"business_name": env.get("UPGATE_BUSINESS_NAME", "").strip(),
+            "business_address": env.get("UPGATE_BUSINESS_ADDRESS", "").strip(),
+            "vat_percent": vat, "tax_id": tax_id}
 
 
 def _proxies(raw: str) -> str:

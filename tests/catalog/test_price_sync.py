@@ -277,7 +277,7 @@ def source_server():
     handler = type("Handler", (_Source,), {})
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     yield handler, f"http://127.0.0.1:{server.server_address[1]}/api/v1/models"
     server.shutdown()

@@ -533,6 +533,7 @@ def _raw_stream(node, key, mock_opts: dict, timeout: float = 30) -> tuple[bytes,
     return raw, first
 
 
+@pytest.mark.serial  # it measures time: nothing else may run meanwhile (tests/parallel.py)
 def test_keepalives_while_waiting_for_the_first_upstream_byte(make_node, redis_url, funded):
     node = make_node(keepalive_s=0.6)
     key, account_id, _ = funded
@@ -549,6 +550,7 @@ def test_keepalives_while_waiting_for_the_first_upstream_byte(make_node, redis_u
     assert before - wallet(redis_url, account_id)["balance"] == 3_750_000
 
 
+@pytest.mark.serial  # it measures time: nothing else may run meanwhile (tests/parallel.py)
 def test_first_keepalive_is_at_most_a_second_late(make_node, funded):
     """The sweeper ticks at least once a second, whatever keepalive_s (15 s by default)."""
     node = make_node(keepalive_s=4.5)

@@ -130,6 +130,9 @@ class Ledger(Reaper, Journal, Cooldowns):
         self._replay_pending = True  # look for journal files left by an earlier process
         self.replayed = 0
         self._undos: set[asyncio.Task] = set()  # lost admissions being looked for
+        # called with the account id when a settlement took it below its low-balance threshold
+        # (settle.lua decides, once per crossing); the node's SMS alert (upgate/alerts/) sets it
+        self.on_low_balance = None
 
     # ---- calendar keys (Tehran day, Jalali month), cached for the Tehran day: from its exact
     # first instant to the next day's (a rounded "seconds to midnight" would outlive the day)
@@ -284,6 +287,8 @@ class Ledger(Reaper, Journal, Cooldowns):
                 return True
         if len(results) > 1:
             self._cooldown_result(cooldown_reset, results[1])
+        if len(results[0]) > 3 and results[0][3] == 1 and self.on_low_balance is not None:
+            self.on_low_balance(account_id)  # this charge crossed the threshold: once per crossing
         return int(results[0][0]) > 0
 
     def _settle_call(self, account_id, hold_id, model, cost_micro, prompt_tokens, completion_tokens,

@@ -7,9 +7,8 @@ and the console call; nothing here decides, validates or computes money.
 from __future__ import annotations
 
 from upgate.billing import jalali, money
-from upgate.services import accounts, keys, records, statements, transactions, usage
+from upgate.services import accounts, keys, account_requests, statements, transactions, usage
 
-REQUESTS_SHOWN = 50
 LOW_BALANCE_DEFAULT_MICRO = 10_000 * money.MICRO  # warn below this when the account set no threshold
 
 
@@ -45,8 +44,10 @@ def home(client, account_id: str) -> dict:
             "month_totals": usage.report(raw, "model")["totals"], "low": low}
 
 
-def key_list(client, account_id: str) -> list[dict]:
-    return keys.list_keys(client, account_id)
+def key_list(client, account_id: str) -> tuple[list[dict], dict]:
+    """The keys, and per key its last use and 30 days of cost (account_requests.key_figures)."""
+    listed = keys.list_keys(client, account_id)
+    return listed, account_requests.key_figures(client, account_id, [k["key_id"] for k in listed])
 
 
 def usage_page(client, account_id: str, month: str) -> dict:
@@ -55,10 +56,6 @@ def usage_page(client, account_id: str, month: str) -> dict:
     names = {k["key_id"]: k for k in keys.list_keys(client, account_id)}
     return {"month": month, "days": usage.by_day(days, usage.report(raw, "day")),
             "models": usage.report(raw, "model"), "keys": usage.report(raw, "key"), "key_names": names}
-
-
-def requests_page(client, account_id: str) -> list[dict]:
-    return [records.for_customer(r) for r in records.list_requests(client, account_id, limit=REQUESTS_SHOWN)]
 
 
 def billing_page(client, account_id: str, month: str) -> dict:

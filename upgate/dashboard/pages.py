@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import tornado.web
 
-from upgate.console import charts
-from upgate.dashboard import data, signin_pages, topup
-from upgate.dashboard.base import PREFIX, STATIC, DashboardHandler, Refused, StaticHandler
-from upgate.services import keys, records, statements
+from upgate.dashboard import account_pages, data, pricing, receipts, request_pages, signin_pages, sparkline, topup
+from upgate.dashboard.page import Page
+from upgate.dashboard.base import PREFIX, STATIC, Refused, StaticHandler
+from upgate.services import keys, statements
 
 _ID = r"([^/]+)"
 
@@ -26,26 +26,15 @@ def routes(ctx) -> list:
         (PREFIX + r"/keys/" + _ID + r"/update", KeyUpdateHandler, d),
         (PREFIX + r"/keys/" + _ID + r"/revoke", KeyRevokeHandler, d),
         (PREFIX + r"/usage", UsageHandler, d),
-        (PREFIX + r"/requests", RequestsHandler, d),
+        (PREFIX + r"/requests", request_pages.RequestsHandler, d),
         (PREFIX + r"/billing", BillingHandler, d),
         (PREFIX + r"/billing/statement\.csv", StatementCsvHandler, d),
         *topup.routes(d),
+        *pricing.routes(d),
+        *receipts.routes(d),
+        *account_pages.routes(d),
         (PREFIX + r"/static/(.*)", StaticHandler, {"path": STATIC}),
     ]
-
-
-class Page(DashboardHandler):
-    def month(self) -> str:
-        try:
-            return data.check_month(self.get_query_argument("month", None))
-        except statements.InvalidMonth:
-            raise Refused(400, self.locale.translate("That month is not one the dashboard can show.")) from None
-
-    def chart(self, days: list[dict], metric: str, title: str, fmt) -> str:
-        f = self.get_template_namespace()["fmt"]
-        return charts.bars([f.day(d["day"]) for d in days], [d[metric] for d in days], title, fmt,
-                           tips=[f.when_day(d["day"]) for d in days],
-                           empty=self.locale.translate("No data in this period"), digits=f.digits)
 
 
 class HomeHandler(Page):
@@ -73,11 +62,19 @@ class KeysHandler(Page):
 
     async def show(self, *, message: str | None = None, form: str | None = None, target: str | None = None,
                    new_key: dict | None = None, status: int = 200) -> None:
-        listed = await self.call(data.key_list, self.account_id)
+        listed, figures = await self.call(data.key_list, self.account_id)
         typed = {k: self.get_body_argument(k, "") for k in self.request.body_arguments} if form else {}
         self.set_status(status)
         self.render("keys.html", keys=listed, message=message, form=form, target=target, typed=typed,
-                    new_key=new_key, base_url=self.base_url(), model=self.example_model(new_key, listed))
+                    new_key=new_key, base_url=self.base_url(), model=self.example_model(new_key, listed),
+                    figures=figures, spark=self.spark)
+
+    def spark(self, fig: dict) -> str:
+        """The key's 30-day sparkline, labelled with what it spent in those days."""
+        f = self.get_template_namespace()["fmt"]
+        label = self.locale.translate("Cost in the last 30 days: {amount} toman").format(
+            amount=f.micro(sum(fig["daily_cost_micro"])))
+        return sparkline.svg(fig["daily_cost_micro"], label)
 
     def example_model(self, new_key: dict | None, listed: list[dict]) -> str:
         """A model the new key may call, for its ready curl and Python lines."""
@@ -150,27 +147,13 @@ class UsageHandler(Page):
     nav = "usage"
 
     async def get(self) -> None:
+        if self.get_query_argument("format", "") == "csv":
+            return await request_pages.usage_csv(self)
         page = await self.call(data.usage_page, self.account_id, self.month())
         _ = self.locale.translate
         f = self.get_template_namespace()["fmt"]
         self.render("usage.html", **page, months=data.months_back(),
                     cost_chart=self.chart(page["days"], "cost_toman", _("Cost per day (toman)"), f.toman))
-
-
-class RequestsHandler(Page):
-    nav = "requests"
-
-    async def get(self) -> None:
-        rid = self.get_query_argument("id", "").strip()
-        found, missing = None, False
-        if rid:
-            try:
-                found = await self.call(records.find_own, self.account_id, rid)
-            except records.UnknownRequest:  # another account's id too: the same answer
-                missing = True
-                self.set_status(404)
-        recent = await self.call(data.requests_page, self.account_id)
-        self.render("requests.html", rid=rid, found=found, missing=missing, recent=recent)
 
 
 class BillingHandler(Page):

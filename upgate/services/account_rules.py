@@ -94,7 +94,7 @@ def parse_amount(text: str, *, allow_negative: bool = False, what: str = "amount
         plain = numbers.plain_number(text, negative=True)
     except numbers.NumberError:
         shown = text[:numbers.MAX_NUMBER_CHARS] if isinstance(text, str) else text
-        raise InvalidAmount(f"{what} must be a decimal number of toman "
+        raise InvalidAmount(f"{what} must be a plain decimal number of toman "
                             f"(like 1500 or 1500.25), got {shown!r}", reason="amount_malformed") from None
     try:
         return money.parse_toman(plain, allow_negative=allow_negative)
@@ -183,6 +183,27 @@ def check_low_balance(micro) -> int:
         raise InvalidAmount("low_balance_toman must be a toman amount from 0 to 2^53 micro-toman",
                             reason="amount_range")
     return micro
+
+
+MAX_REASON = 500  # characters of a suspension's reason
+
+
+class InvalidReason(AccountError):
+    field = "reason"
+    reason = "reason_too_long"
+
+
+def check_reason(text) -> str | None:
+    """A suspension's or resumption's reason: optional text of at most MAX_REASON characters,
+    one line (it goes into a webhook and the audit); blank = none."""
+    if text is None:
+        return None
+    if not isinstance(text, str) or len(text) > MAX_REASON:
+        raise InvalidReason(f"reason must be text of at most {MAX_REASON} characters", high=MAX_REASON)
+    text = " ".join(text.split())
+    if not text.isprintable():
+        raise InvalidReason("reason must be printable text", reason="text_control")
+    return text or None
 
 
 def check_free_quota(n) -> int | None:

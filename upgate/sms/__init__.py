@@ -15,9 +15,10 @@ DRIVERS = ("log", "kavenegar", "smsir")
 
 
 def make(name: str, *, api_key: str = "", template: str = "", url: str = "",
-         timeout_s: float = 10.0) -> Sender:
+         timeout_s: float = 10.0, parameter: str = "CODE") -> Sender:
     """The driver named by UPGATE_SMS, configured (UPGATE_SMS_API_KEY, UPGATE_SMS_TEMPLATE,
-    UPGATE_SMS_URL overriding the provider's base address)."""
+    UPGATE_SMS_URL overriding the provider's base address). `parameter`: the name of SMS.ir's
+    template parameter that carries the code (CODE; the low-balance alert's template: AMOUNT)."""
     if name == "log":
         from upgate.sms.log import LogSender
         return LogSender()
@@ -26,7 +27,7 @@ def make(name: str, *, api_key: str = "", template: str = "", url: str = "",
         return Kavenegar(api_key, template, url or Kavenegar.BASE_URL, timeout_s)
     if name == "smsir":
         from upgate.sms.smsir import SmsIr
-        return SmsIr(api_key, template, url or SmsIr.BASE_URL, timeout_s)
+        return SmsIr(api_key, template, url or SmsIr.BASE_URL, timeout_s, parameter)
     raise ValueError(f"UPGATE_SMS must be one of {', '.join(DRIVERS)}, got {name!r}")
 
 
