@@ -54,6 +54,7 @@ def resp_node_once(resp_node, redis_url):
     return resp_node, key
 
 
+@pytest.mark.serial  # it measures time: nothing else may run meanwhile (tests/parallel.py)
 def test_huge_bodies_hold_no_loop(resp_node, redis_url):
     broke, _, _ = seed(redis_url, balance="0", rpm=600)
     funded, _, _ = seed(redis_url, balance="100000000", rpm=600)
