@@ -34,7 +34,7 @@ _BODY = st.fixed_dictionaries({"model": st.just("mock/chat-1") | _JSON}, optiona
     "previous_response_id": _JSON, "store": _JSON, "parallel_tool_calls": _JSON})
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=100, deadline=None, suppress_health_check=list(HealthCheck))
 @given(body=_BODY)
 def test_odd_bodies_are_4xx_never_5xx(resp_node_once, body):
     node, key = resp_node_once
