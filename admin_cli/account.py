@@ -210,18 +210,26 @@ def show(account_id: str, as_json: bool) -> None:
 
 @account.command("list")
 @click.option("--phone", metavar="P", help="Only accounts with this phone number.")
+@click.option("--csv", "as_csv", is_flag=True, help="CSV of the accounts (with --phone: of that filter), "
+              "newest first, with this month's spend.")
 @json_option
-def list_(phone: str | None, as_json: bool) -> None:
+def list_(phone: str | None, as_csv: bool, as_json: bool) -> None:
     """List every account, oldest first (or those with one phone number).
 
     \b
     Example:
       upgate-admin account list --phone 09120000000
+      upgate-admin account list --csv > accounts.csv
     """
     default_quota = _free_quota_default()
     with refusals():
         if phone is not None:
             phone = accounts.check_phone(phone)
+        if as_csv and not as_json:
+            from upgate.services import account_list
+
+            click.echo(account_list.export_csv(_client(), default_quota, q=phone or ""), nl=False)
+            return
         views = accounts.list_accounts(_client(), phone=phone)
     rows = [_account_json(v, default_quota) for v in views]
     t = table(f"{len(rows)} accounts",
@@ -235,41 +243,46 @@ def list_(phone: str | None, as_json: bool) -> None:
     emit({"accounts": rows}, table=t)
 
 
-def _suspension(account_id: str, suspend: bool) -> None:
+def _suspension(account_id: str, suspend: bool, reason: str | None) -> None:
     default_quota = _free_quota_default()
     with refusals():
         acct = accounts.normalize_id(account_id)
-        obj, changed = accounts.set_status(_client(), acct, suspend, default_quota, old_names=True)
+        obj, changed = accounts.set_status(_client(), acct, suspend, default_quota, reason=reason, old_names=True)
     word = "suspended" if suspend else "resumed"
     note = "" if changed else f" (it already was {'suspended' if suspend else 'active'})"
     emit(dict(obj, changed=changed), message=f"account {acct} {word}{note}")
 
 
+_reason = click.option("--reason", metavar="TEXT", help="Why (one line): in the admin log and the webhook.")
+
+
 @account.command("suspend")
 @click.argument("account_id")
+@_reason
 @json_option
-def suspend(account_id: str, as_json: bool) -> None:
+def suspend(account_id: str, reason: str | None, as_json: bool) -> None:
     """Suspend an account: every key of it gets 403 account_suspended from the next request
     on (all gateway nodes are told at once). Undo with `account resume`.
 
     \b
     Example:
-      upgate-admin account suspend 2f0c6a1e-…
+      upgate-admin account suspend 2f0c6a1e-… --reason "chargeback on order 1405-88"
     """
-    _suspension(account_id, True)
+    _suspension(account_id, True, reason)
 
 
 @account.command("resume")
 @click.argument("account_id")
+@_reason
 @json_option
-def resume(account_id: str, as_json: bool) -> None:
+def resume(account_id: str, reason: str | None, as_json: bool) -> None:
     """Lift a suspension: the account's keys work again from the next request on.
 
     \b
     Example:
-      upgate-admin account resume 2f0c6a1e-…
+      upgate-admin account resume 2f0c6a1e-… --reason "paid"
     """
-    _suspension(account_id, False)
+    _suspension(account_id, False, reason)
 
 
 def _patch(account_id: str, **changes) -> dict:

@@ -23,6 +23,8 @@ def _refusals():
         yield
     except (admin_tokens.AdminTokenError, admin_log.InvalidLimit) as e:
         raise Refused(str(e)) from None
+    except ValueError as e:  # a filter refused (an account id, a day)
+        raise Refused(str(e)) from None
 
 
 def _iso(ts) -> str | None:
@@ -98,18 +100,33 @@ def revoke(name: str, as_json: bool) -> None:
 @admin_token.command("log")
 @click.option("--limit", default=50, show_default=True, type=click.IntRange(1, admin_log.MAX_ENTRIES),
               help="How many entries, newest first.")
+@click.option("--actor", metavar="NAME", help="Only this admin token's writes (or cli).")
+@click.option("--account", metavar="ID", help="Only what was done to this account and its keys.")
+@click.option("--action", metavar="VERB", help="Only this verb (account.topup) or noun (key).")
+@click.option("--from", "start", metavar="YYYY-MM-DD", help="From this Jalali day (Tehran).")
+@click.option("--to", "end", metavar="YYYY-MM-DD", help="To this Jalali day, included.")
+@click.option("--csv", "as_csv", is_flag=True, help="CSV: a header row, then one row each.")
 @json_option
-def log(limit: int, as_json: bool) -> None:
-    """Show the admin log: every write by the CLI ("cli") or an admin token (its name),
-    newest first. Never a secret.
+def log(limit: int, actor, account, action, start, end, as_csv: bool, as_json: bool) -> None:
+    """Show the admin log: who (the CLI, "cli", or an admin token's name) did what to which
+    object, with the values before and after, newest first; replays are marked. Never a secret.
 
     \b
     Example:
       upgate-admin admin-token log --limit 20 --json
+      upgate-admin admin-token log --account 2f0c6a1e-… --from 1405-09-01 --csv
     """
     with _refusals():
-        entries = admin_log.read(_client(), limit)
+        entries = admin_log.search(_client(), actor=actor, account=account, action=action, start=start,
+                                   end=end, limit=limit)
+    if as_csv and not as_json:
+        click.echo(admin_log.to_csv(entries), nl=False)
+        return
+
+    def change(e) -> str:
+        return ", ".join(f"{k}: {b if b is not None else '—'} → {a if a is not None else '—'}"
+                         for k, b, a in admin_log.changes(e))
     emit({"entries": entries},
-         table=table(f"last {len(entries)} admin writes", ["time", "actor", "action", "target", "detail"],
-                     [[e["time"], e["actor"], e["action"], e["target"],
-                       ", ".join(f"{k}={v}" for k, v in (e["detail"] or {}).items())] for e in entries]))
+         table=table(f"last {len(entries)} admin writes", ["time", "actor", "what", "change", "replay", "note"],
+                     [[e["ts"], e["actor"], admin_log.sentence(e), change(e), "replay" if e["replay"] else "",
+                       e["note"]] for e in entries]))

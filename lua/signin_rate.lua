@@ -1,10 +1,11 @@
 --[[
-  signin_rate.lua: count one code asked for from a client address in a sliding window, or
-  refuse when the window is full (then nothing is counted).
+  signin_rate.lua: count one ask in a sliding window, or refuse when the window is full (then
+  nothing is counted). Sign-in codes per client address; also the payment gateway calls per
+  account and per address (upgate/payments/bounds.py).
 
   Input:
-    KEYS[1] the address's sent log (zset)   {signin:<address>}:sent
-    ARGV[1] codes per window (20)
+    KEYS[1] the window's log (zset)   {signin:<address>}:sent, {a:<acct>}:payment_asks, …
+    ARGV[1] asks per window (20)
     ARGV[2] the window, ms (3600000)
     ARGV[3] a unique member for this ask (random hex)
     ARGV[4] now, ms; "0" = Redis TIME

@@ -12,6 +12,7 @@
     ARGV[1] account id
     ARGV[2] "1" suspend, "0" resume
     ARGV[3] now, ms; "0" = Redis TIME
+    ARGV[4] the operator's reason ("" = none): in the event's data as `reason`
 
   Output: 1 changed, 0 already so, -1 unknown account (nothing written)
 ]]
@@ -26,5 +27,5 @@ if was == value then
 end
 rcall('HSET', wallet, 'suspended', value)
 emit_event(KEYS[2], KEYS[3], KEYS[4], account_id, value == '1' and 'account.suspended' or 'account.resumed',
-           {account_id = account_id}, clock_ms(ARGV[3]))
+           {account_id = account_id, reason = (ARGV[4] or '') ~= '' and ARGV[4] or nil}, clock_ms(ARGV[3]))
 return 1

@@ -189,3 +189,107 @@ def test_a_phone_change_is_one_action_on_every_face(faces):
     assert said == err.json()["error"]["message"] == shown
     assert api.get(f"/accounts/{ids[3]}").json()["phone"] == "+989120000003"
     assert len(api.get("/audit-log").json()["data"]) == 3 + 4  # the creations and the three changes
+
+
+def _outbox(redis_url: str, acct: str) -> list[dict]:
+    """The account's webhook events as their receiver gets them (events.body)."""
+    from upgate.store import connection as store, keyspace
+    from upgate.webhooks import events
+
+    client = store.connect_sync(redis_url)
+    return [json.loads(events.body(events.split_entry(e)[1])) for e in client.lrange(keyspace.outbox(acct), 0, -1)]
+
+
+def test_notes_reasons_and_the_account_csv_on_every_face(faces, redis_url):
+    cli_json, cli_refusal, api, browser = faces
+    ids = [cli_json("account", "create", "--phone", f"0912100000{i}")["id"] for i in range(3)]
+    # a note: one object on every face, who and when kept
+    c_note = cli_json("account", "note", ids[0], "called about a charge")
+    a_note = api.post(f"/accounts/{ids[0]}/notes", json={"text": "refunded ۵۰۰ تومان"})
+    assert a_note.status_code == 201, a_note.text
+    page_url = f"/admin/accounts/{ids[0]}?op=0123456789abcdef"
+    done = console_form(browser, page_url, f"/admin/accounts/{ids[0]}/notes", {"text": "follow up 1405-10-01"})
+    assert done.status_code == 303, done.text
+    listed = api.get(f"/accounts/{ids[0]}/notes").json()["data"]
+    assert [n["text"] for n in listed] == ["follow up 1405-10-01", "refunded ۵۰۰ تومان", "called about a charge"]
+    assert [n["actor"] for n in listed] == ["ops", "ops", "cli"] and listed[2] == c_note
+    same(a_note.json(), listed[1], "note (API answer vs list)")
+    assert cli_json("account", "notes", ids[0])["notes"] == listed
+    page = browser.get(page_url).text
+    assert all(html.escape(n["text"]) in page for n in listed)
+    assert cli_refusal("account", "note", ids[0], "   ") == api.post(
+        f"/accounts/{ids[0]}/notes", json={"text": " "}).json()["error"]["message"]
+
+    # a reason on suspend and resume: in the account.suspended/resumed webhooks and the audit
+    cli_json("account", "suspend", ids[0], "--reason", "chargeback")
+    api.post(f"/accounts/{ids[1]}/suspend", json={"reason": "fraud check"})
+    form = console_form(browser, f"/admin/accounts/{ids[2]}?op=0123456789abcdef", f"/admin/accounts/{ids[2]}/suspend",
+                        {"reason": "asked by the owner", "confirmed": "1"})
+    assert form.status_code == 303, form.text
+    cli_json("account", "resume", ids[0], "--reason", "paid")
+    for acct, reasons in ((ids[0], ["chargeback", "paid"]), (ids[1], ["fraud check"]), (ids[2], ["asked by the owner"])):
+        assert [(e["type"], e["data"]) for e in _outbox(redis_url, acct)] == [
+            (t, {"account_id": acct, "reason": why}) for t, why in zip(("account.suspended", "account.resumed"), reasons)]
+    log = api.get("/audit-log", params={"limit": 4}).json()["data"]
+    assert [(e["action"], e["object"]["id"], e["note"], e["actor"], e["before"], e["after"]) for e in log] == [
+        ("account.resume", ids[0], "paid", "cli", {"status": "suspended"}, {"status": "active"}),
+        ("account.suspend", ids[2], "asked by the owner", "ops", {"status": "active"}, {"status": "suspended"}),
+        ("account.suspend", ids[1], "fraud check", "ops", {"status": "active"}, {"status": "suspended"}),
+        ("account.suspend", ids[0], "chargeback", "cli", {"status": "active"}, {"status": "suspended"})]
+
+    # the accounts list as CSV: the same rows on the three faces, with the filter given
+    c_csv = CliRunner().invoke(cli, ["account", "list", "--csv"], env={"UPGATE_REDIS_URL": redis_url,
+                                                                        "UPGATE_KEY_PEPPER": PEPPER}).stdout
+    a_csv = api.get("/accounts", params={"format": "csv"})
+    k_csv = browser.get("/admin/accounts.csv")
+    assert a_csv.headers["content-type"].startswith("text/csv") and k_csv.headers["content-type"].startswith("text/csv")
+    assert c_csv.replace("\r\n", "\n") == a_csv.text.replace("\r\n", "\n") == k_csv.text.replace("\r\n", "\n")
+    rows = c_csv.splitlines()
+    assert rows[0].startswith("id,phone,status,balance_toman") and len(rows) == 4
+    one = api.get("/accounts", params={"format": "csv", "phone": "۰۹۱۲۱۰۰۰۰۰۱"}).text.splitlines()
+    assert len(one) == 2 and one[1].startswith(ids[1] + ",'+989121000001,suspended,")  # "+…" neutralised
+    assert browser.get("/admin/accounts.csv", params={"q": "09121000001"}).text == api.get(
+        "/accounts", params={"format": "csv", "phone": "09121000001"}).text
+
+
+def test_request_search_and_the_audit_log_filters_are_one_answer_on_every_face(faces, node, redis_url):
+    import httpx
+
+    from tests.gateway import seed
+
+    cli_json, cli_refusal, api, browser = faces
+    k1, a1, kid1 = seed(redis_url, balance="100000")
+    _k2, a2, _ = seed(redis_url, balance="100000")
+    for _ in range(3):
+        httpx.post(node.base + "/chat/completions", json={"model": "mock/chat-1", "messages": [
+            {"role": "user", "content": "hi"}]}, headers={"Authorization": f"Bearer {k1}"}, timeout=30)
+    query = {"key": kid1, "status": "200", "code": "ok"}
+    c_found = cli_json("request", "search", "--key", kid1, "--status", "200", "--code", "ok")
+    a_found = api.get("/requests", params=query).json()
+    k_found = page_objects(browser, "/admin/requests?" + "&".join(f"{k}={v}" for k, v in query.items()))["requests"]
+    assert len(a_found["data"]) == 3 and {r["account_id"] for r in a_found["data"]} == {a1}
+    assert c_found == a_found == k_found
+    a_csv = api.get("/requests", params={**query, "format": "csv"}).text
+    assert a_csv.splitlines()[0].startswith("request_id,time,account_id") and len(a_csv.splitlines()) == 4
+    assert browser.get("/admin/requests", params={**query, "format": "csv"}).text == a_csv
+    said = cli_refusal("request", "search", "--status", "abc")
+    err = api.get("/requests", params={"status": "abc"}).json()["error"]
+    shown = browser.get("/admin/requests", params={"status": "abc"})
+    assert err["param"] == "status" and shown.status_code == 400
+    assert said == err["message"] == html.unescape(REFUSAL.search(shown.text).group(1))
+
+    # the audit log, filtered: a replayed top-up is marked as one, not a second top-up
+    api.post(f"/accounts/{a2}/topups", json={"amount_toman": "70", "ref": "pay-77"})
+    api.post(f"/accounts/{a2}/topups", json={"amount_toman": "70", "ref": "pay-77"})
+    cli_json("account", "note", a2, "asked about pay-77")
+    c_log = cli_json("admin-token", "log", "--account", a2, "--action", "account.topup")["entries"]
+    a_log = api.get("/audit-log", params={"account": a2, "action": "account.topup"}).json()["data"]
+    k_log = page_objects(browser, f"/admin/audit?account={a2}&action=account.topup")["audit_log"]
+    assert c_log == a_log == k_log and [e["replay"] for e in a_log] == [True, False]
+    assert a_log[1]["after"] == {"balance_toman": "100070.000000"} and a_log[0]["after"] is None
+    assert [e["action"] for e in api.get("/audit-log", params={"account": a2}).json()["data"]] == [
+        "account.note", "account.topup", "account.topup"]
+    assert len(api.get("/audit-log", params={"actor": "cli", "account": a2}).json()["data"]) == 1
+    assert api.get("/audit-log", params={"account": a2, "format": "csv"}).text == browser.get(
+        "/admin/audit", params={"account": a2, "format": "csv"}).text
+    assert api.get("/audit-log", params={"from": "1405-13-01"}).json()["error"]["param"] == "from"

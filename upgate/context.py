@@ -240,10 +240,8 @@ def _signin(settings: Settings):
 
     sender = sms.make(settings.sms, api_key=settings.sms_api_key, template=settings.sms_template,
                       url=settings.sms_url)
-    # until the first real send is timed, a code that is never sent waits what a provider's
-    # round trip typically takes (the log driver: nothing)
     return SignIn(sender, secret_from_pepper(settings.key_pepper), settings.signup_open,
-                  settings.signup_credit_toman, typical_send_s=0.0 if settings.sms == "log" else 0.4)
+                  settings.signup_credit_toman)
 
 
 async def _close(pubsub) -> None:

@@ -232,7 +232,10 @@ def test_console_writes_are_in_the_admin_log_under_the_tokens_name(node, redis_u
     assert [(e["actor"], e["action"], e["target"]) for e in entries[:2]] == [
         ("alice", "key.create", account_id),
         ("alice", "account.topup", account_id)]
-    assert entries[1]["detail"] == {"amount_toman": "50", "ref": "pay-9", "note": "card"}
+    top = entries[1]  # recorded by the top-up itself: the balance before and after, the note
+    assert {k: top["detail"][k] for k in ("amount_toman", "ref")} == {"amount_toman": "50.000000", "ref": "pay-9"}
+    assert (top["note"], top["replay"], top["after"]) == ("card", False, {"balance_toman": "1050.000000"})
+    assert top["before"] == {"balance_toman": "1000.000000"}
     assert full[6:] not in json.dumps(entries)  # the new key is in the page, never in the log
 
 
@@ -302,3 +305,21 @@ def test_console_and_admin_requests_are_logged_and_counted_by_route_not_path(nod
     assert sample(m, "upgate_requests_total", route="console:AccountHandler", status="200", code="") >= 1
     assert sample(m, "upgate_requests_total", route="/admin/v1/accounts/{id}", status="200", code="") == 1
     assert not [k for k in m if any(acct in v for _, v in k[1])]
+
+
+def test_the_suspend_confirmation_counts_only_live_keys_and_carries_the_reason(node, redis_url):
+    from upgate.services import keys
+
+    _key, account_id, key_id = seed(redis_url)
+    client = store.connect_sync(redis_url)
+    keys.create_key(client, PEPPER, account_id, name="second")
+    keys.revoke_key(client, key_id, account_id=account_id)  # one of two revoked
+    c = signed_in(node, admin_token(redis_url))
+    url = f"/admin/accounts/{account_id}?op=0123456789abcdef"
+    page = c.get(url).text
+    asked = c.post(f"/admin/accounts/{account_id}/suspend",
+                   data={"_xsrf": xsrf(page), "op": "0123456789abcdef", "reason": "chargeback"})
+    assert asked.status_code == 200
+    rows = dict(re.findall(r"<dt>(.*?)</dt>\s*<dd><bdi[^>]*>(.*?)</bdi></dd>", asked.text))
+    assert rows["Active keys"] == "1" and rows["Reason"] == "chargeback"
+    assert 'name="reason" value="chargeback"' in asked.text  # posted again with the confirmation

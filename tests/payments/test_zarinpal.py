@@ -7,7 +7,7 @@ import threading
 import pytest
 
 from tests.payments.conftest import balance, new_account, pay_settings, payment_topups
-from upgate.payments import orders, service
+from upgate.payments import bounds, orders, service
 from upgate.payments.errors import GatewayRefused
 from upgate.store import connection as store
 
@@ -186,7 +186,8 @@ def test_a_refused_request_fails_the_order(redis_url, client, zarinpal):
     assert o["status"] == "failed" and o["authority"] is None
 
 
-def test_a_down_gateway_ends_the_pass_early(client, s, zarinpal):
+def test_a_down_gateway_ends_the_pass_early(client, s, zarinpal, monkeypatch):
+    monkeypatch.setattr(bounds, "PENDING_PER_ACCOUNT", 10)  # many pending of one account (the bound: test_order_flood.py)
     acct = new_account(client)
     for _ in range(5):
         _start(client, s, acct)
@@ -196,6 +197,7 @@ def test_a_down_gateway_ends_the_pass_early(client, s, zarinpal):
 
 
 def test_filtered_listing_pages_through_a_rare_status(client, s, zarinpal, monkeypatch):
+    monkeypatch.setattr(bounds, "PENDING_PER_ACCOUNT", 10)  # many pending of one account (the bound: test_order_flood.py)
     acct = new_account(client)
     made = [_start(client, s, acct)[0] for _ in range(7)]
     zarinpal.pay(made[1]["authority"])

@@ -101,7 +101,8 @@ def test_cli_writes_are_logged_and_reads_are_not(run):
     run("key", "list", acct)
     log = run("admin-token", "log", "--limit", "10")["entries"]
     assert [e["action"] for e in log] == ["key.create", "account.topup", "account.create"]
-    assert log[1]["target"] == acct and log[1]["detail"] == {"amount_toman": "5"}
+    assert log[1]["target"] == acct and log[1]["detail"]["amount_toman"] == "5.000000"
+    assert log[1]["before"] == {"balance_toman": "10.000000"} and log[1]["after"] == {"balance_toman": "15.000000"}
     assert log[0]["detail"] == {"name": "k"} and log[2]["detail"] == {"phone": "09120000000", "balance_toman": "10"}
     assert key["key"] not in json.dumps(log)
 

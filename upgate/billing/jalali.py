@@ -100,7 +100,12 @@ def this_month(ts: float | None = None) -> tuple[jdatetime.date, jdatetime.date]
 
 
 def utc_iso(ts: float) -> str:
-    return datetime.fromtimestamp(ts, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    """ISO 8601 UTC; a moment outside the years 1-9999 (a stored value no face accepts any
+    more) is shown as the nearest end of that range, never an exception."""
+    try:
+        return datetime.fromtimestamp(ts, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    except (OverflowError, OSError, ValueError):
+        return "9999-12-31T23:59:59Z" if ts > 0 else "0001-01-01T00:00:00Z"
 
 
 def day_start_ms(day: jdatetime.date, after: int = 0) -> int:

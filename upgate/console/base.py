@@ -133,7 +133,8 @@ class ConsoleHandler(BodyGuard, tornado.web.RequestHandler):
         ns.update(fmt=self.fmt, who=self.who, flash=self.pop_flash(), message=None, nav=None,
                   lang=self.lang, rtl=self.fmt.rtl, lang_url=self.lang_url,
                   money=functools.partial(view.money, self.fmt),
-                  money_micro=functools.partial(view.money_micro, self.fmt), short_id=view.short_id)
+                  money_micro=functools.partial(view.money_micro, self.fmt), short_id=view.short_id,
+                  money_text=lambda v: self.fmt.toman(v) + " " + self.locale.translate("toman"))
         return ns
 
     def set_default_headers(self) -> None:

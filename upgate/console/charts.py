@@ -13,8 +13,10 @@ from decimal import Decimal
 from html import escape
 from typing import Callable, Sequence
 
+from upgate.i18n import numbers
+
 W, H = 560, 220  # viewBox
-LEFT, RIGHT, TOP, BOTTOM = 64, 24, 12, 30  # plot margins: y labels on the left, x labels below
+LEFT, RIGHT, TOP, BOTTOM = 84, 24, 12, 30  # plot margins: y labels on the left, x labels below
 _ids = itertools.count(1)
 
 Fmt = Callable[[object], str]
@@ -39,11 +41,8 @@ def nice_ticks(top: float, n: int = 4) -> list[float]:
 
 
 def short(v: float) -> str:
-    """An axis label: 1200 → "1.2k", 3500000 → "3.5M"."""
-    for div, suffix in ((1e9, "B"), (1e6, "M"), (1e3, "k")):
-        if abs(v) >= div:
-            return f"{v / div:.1f}".rstrip("0").rstrip(".") + suffix
-    return f"{v:.2f}".rstrip("0").rstrip(".") if v % 1 else f"{int(v)}"
+    """An axis label in English: 1200 → "1.2k", 3500000 → "3.5M" (i18n.numbers.short)."""
+    return numbers.short(v, "en")
 
 
 def _open(title: str, desc: str, height: int = H, kind: str = "") -> tuple[str, list[str]]:
@@ -68,11 +67,14 @@ def _empty(parts: list[str], height: int = H, text: str = EMPTY) -> str:
     return "".join(parts)
 
 
-def _y_axis(parts: list[str], ticks: list[float], y_of, digits: Callable[[str], str] = str) -> None:
+def _y_axis(parts: list[str], ticks: list[float], y_of, digits: Callable[[str], str] = str,
+            axis: Callable[[float], str] | None = None) -> None:
+    """`axis` (i18n.Formatter.axis: the language's digits and words) labels the ticks; without
+    it, the English short form through `digits`."""
     for t in ticks:
         y = y_of(t)
         parts.append(f'<line class="grid" x1="{LEFT}" x2="{W - RIGHT}" y1="{y:.1f}" y2="{y:.1f}"/>'
-                     f'<text class="tick" x="{LEFT - 6}" y="{y + 4:.1f}" text-anchor="end">{escape(digits(short(t)))}</text>')
+                     f'<text class="tick" x="{LEFT - 6}" y="{y + 4:.1f}" text-anchor="end">{escape(axis(t) if axis else digits(short(t)))}</text>')
 
 
 def _x_labels(parts: list[str], labels: Sequence[str], x_of) -> None:
@@ -83,7 +85,7 @@ def _x_labels(parts: list[str], labels: Sequence[str], x_of) -> None:
                          f'text-anchor="middle">{escape(lab)}</text>')
 
 
-def _frame(parts: list[str], values: Sequence, n: int, digits: Callable[[str], str] = str):
+def _frame(parts: list[str], values: Sequence, n: int, digits: Callable[[str], str] = str, axis=None):
     """The value axis of a day chart, drawn into `parts`: (numbers, slot width, x of the i-th
     slot's centre, y of a value). Bars and lines share it, so charts of one period line up."""
     nums = [_num(v) for v in values]
@@ -95,18 +97,19 @@ def _frame(parts: list[str], values: Sequence, n: int, digits: Callable[[str], s
     def y_of(v: float) -> float:
         return TOP + plot_h * (1 - max(v, 0.0) / top)
 
-    _y_axis(parts, ticks, y_of, digits)
+    _y_axis(parts, ticks, y_of, digits, axis)
     return nums, slot, (lambda i: LEFT + (i + 0.5) * slot), y_of
 
 
 def bars(labels: Sequence[str], values: Sequence, title: str, fmt: Fmt = str,
-         tips: Sequence[str] | None = None, *, empty: str = EMPTY, digits: Callable[[str], str] = str) -> str:
+         tips: Sequence[str] | None = None, *, empty: str = EMPTY, digits: Callable[[str], str] = str,
+         axis: Callable[[float], str] | None = None) -> str:
     """Vertical bars, one per label (days). `tips` are the x labels' long form for tooltips.
     Another language's page passes its `empty` text and `digits` (the axis numbers' script)."""
     _cid, parts = _open(title, _desc(tips or labels, values, fmt))
     if not labels:
         return _empty(parts, text=empty)
-    nums, slot, x_of, y_of = _frame(parts, values, len(labels), digits)
+    nums, slot, x_of, y_of = _frame(parts, values, len(labels), digits, axis)
     for i, (v, raw) in enumerate(zip(nums, values)):
         y = y_of(v)
         bw = max(1.0, slot * 0.7)
@@ -120,12 +123,13 @@ def bars(labels: Sequence[str], values: Sequence, title: str, fmt: Fmt = str,
 
 
 def line(labels: Sequence[str], values: Sequence, title: str, fmt: Fmt = str,
-         tips: Sequence[str] | None = None, *, empty: str = EMPTY, digits: Callable[[str], str] = str) -> str:
+         tips: Sequence[str] | None = None, *, empty: str = EMPTY, digits: Callable[[str], str] = str,
+         axis: Callable[[float], str] | None = None) -> str:
     """One line with a dot per label (days)."""
     _cid, parts = _open(title, _desc(tips or labels, values, fmt))
     if not labels:
         return _empty(parts, text=empty)
-    nums, _slot, x_of, y_of = _frame(parts, values, len(labels), digits)
+    nums, _slot, x_of, y_of = _frame(parts, values, len(labels), digits, axis)
     points = " ".join(f"{x_of(i):.1f},{y_of(v):.1f}" for i, v in enumerate(nums))
     parts.append(f'<polyline class="line" points="{points}"/>')
     for i, (v, raw) in enumerate(zip(nums, values)):

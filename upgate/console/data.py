@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from upgate.billing import jalali
 from upgate.catalog import rules as catalog, store as catalog_store
-from upgate.services import accounts, keys, records, routes, statements, transactions, usage
+from upgate.services import accounts, keys, notes, records, routes, statements, transactions, usage
 from upgate.payments import orders
 
 REQUESTS_SHOWN = 25
@@ -32,7 +32,8 @@ def is_request_id(q: str) -> bool:
     return (q or "").strip().startswith("req_")
 
 
-ORDERS_SHOWN = 10  # the account page's newest top-up orders (all of them: /admin/payments)
+ORDERS_SHOWN = 10
+NOTES_SHOWN = 50  # the account page's newest top-up orders (all of them: /admin/payments)
 
 
 def account_page(client, account_id: str, month: str | None, default_quota: int) -> dict:
@@ -51,6 +52,7 @@ def account_page(client, account_id: str, month: str | None, default_quota: int)
         "statement": statements.statement(client, acct, month),
         "requests": records.list_requests(client, acct, limit=REQUESTS_SHOWN),
         "orders": orders.list_orders(client, account_id=acct, limit=ORDERS_SHOWN)["data"],
+        "notes": notes.list_notes(client, acct, NOTES_SHOWN),
     }
     # the objects this page is drawn from, as the API and `upgate-admin --json` show them (one
     # function per noun): published in the page as data (objects.html), shown by nothing else

@@ -4,16 +4,20 @@ and the price sync form. Each calls the service function the management API and 
 a refusal shows its one line from the shared vocabulary (upgate/services/refusals.py)."""
 from __future__ import annotations
 
+import functools
+import urllib.parse
+
 import tornado.web
 
 from upgate.catalog import store as catalog_store
-from upgate.console import data
+from upgate.console import data, view
 from upgate.console.base import PREFIX, ConsoleHandler
 from upgate.console.pages import log_console_write, refusal_status
-from upgate.services import admin_log, audit, prices, records
+from upgate.services import admin_log, audit, prices, records, request_search
 from upgate.webhooks import service as webhooks
 
 AUDIT_LOG_SHOWN = 100
+REQUESTS_SHOWN = 50
 FAILED_SHOWN = 100
 
 
@@ -26,11 +30,74 @@ class RequestHandler(ConsoleHandler):
         await self.render_page("request.html", nav="accounts", record=record)
 
 
-class AuditHandler(ConsoleHandler):
+class RequestsHandler(ConsoleHandler):
+    """GET /admin/requests: requests across accounts (services/request_search.py) by Jalali
+    days, model, key, status and code; a request id opens its record; CSV of the same page."""
+
+    FIELDS = ("from", "to", "model", "key", "status", "code")
+
     async def get(self) -> None:
+        typed = {k: self.get_query_argument(k, "").strip() for k in (*self.FIELDS, "id")}
+        if typed["id"]:
+            self.redirect(f"{PREFIX}/requests/{urllib.parse.quote(typed['id'], safe='')}", status=303)
+            return
+        cursor = self.get_query_argument("cursor", None)
+        found, message = None, None
+        try:
+            found = await self.call(request_search.search, start=typed["from"], end=typed["to"], model=typed["model"],
+                                    key=typed["key"], status=typed["status"], code=typed["code"], cursor=cursor,
+                                    limit=REQUESTS_SHOWN)
+        except ValueError as e:
+            message = self.said(e)
+            self.set_status(400)
+        query = {k: v for k, v in typed.items() if v and k != "id"}
+        if self.get_query_argument("format", "") == "csv" and found is not None:
+            self.set_header("Content-Type", "text/csv; charset=UTF-8")
+            self.set_header("Content-Disposition", 'attachment; filename="requests.csv"')
+            self.finish(request_search.to_csv(found))
+            return
+        base = f"{PREFIX}/requests?" + urllib.parse.urlencode(query)
+        await self.render_page("requests.html", nav="requests", typed=typed, found=found, message=message,
+                               csv_url=base + ("&" if query else "") + "format=csv" + (f"&cursor={cursor}" if cursor else ""),
+                               next_url=base + ("&" if query else "") + urllib.parse.urlencode(
+                                   {"cursor": found["next_cursor"] or ""}) if found else "")
+
+
+class AuditHandler(ConsoleHandler):
+    """The money audit (every balance against its records) and the admin log as sentences in
+    the reader's language, filtered by actor, account, action and Jalali days; CSV of the same."""
+
+    FILTERS = ("actor", "account", "action", "from", "to")
+
+    def filters(self) -> dict:
+        return {k: self.get_query_argument(k, "").strip() for k in self.FILTERS}
+
+    def search(self, client, f: dict) -> list[dict]:
+        return admin_log.search(client, actor=f["actor"] or None, account=f["account"] or None,
+                                action=f["action"] or None, start=f["from"] or None, end=f["to"] or None,
+                                limit=AUDIT_LOG_SHOWN)
+
+    async def get(self) -> None:
+        f = self.filters()
+        message, entries = None, []
+        try:
+            entries = await self.call(self.search, f)
+        except ValueError as e:
+            message = self.said(e)
+            self.set_status(400)
+        if self.get_query_argument("format", "") == "csv" and message is None:
+            self.set_header("Content-Type", "text/csv; charset=UTF-8")
+            self.set_header("Content-Disposition", 'attachment; filename="audit-log.csv"')
+            self.finish(admin_log.to_csv(entries))
+            return
         result = await self.call(audit.run)
-        entries = await self.call(admin_log.read, AUDIT_LOG_SHOWN)
-        await self.render_page("audit.html", nav="audit", result=result, entries=entries)
+        verbs = [(v, self.locale.translate(words).replace(" %(object)s", "").replace("%(object)s", "").strip())
+                 for v, (_kind, words) in admin_log.VERBS.items()]
+        query = urllib.parse.urlencode({k: v for k, v in f.items() if v})
+        await self.render_page("audit.html", nav="audit", result=result, entries=entries, filters=f, verbs=verbs,
+                               message=message, csv_url=f"{PREFIX}/audit?{query}&format=csv".replace("?&", "?"),
+                               said=functools.partial(view.audit_sentence, self.fmt, self.locale.translate),
+                               change=functools.partial(view.audit_change, self.fmt, self.locale.translate))
 
 
 class WebhooksHandler(ConsoleHandler):
@@ -105,4 +172,4 @@ class PriceSyncHandler(ConsoleHandler):
             "providers": sorted(self.ctx.providers)}, **page)
 
 
-__all__ = ["RequestHandler", "AuditHandler", "WebhooksHandler", "WebhookWriteHandler", "PriceSyncHandler"]
+__all__ = ["RequestHandler", "RequestsHandler", "AuditHandler", "WebhooksHandler", "WebhookWriteHandler", "PriceSyncHandler"]

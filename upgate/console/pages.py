@@ -65,7 +65,7 @@ async def log_console_write(handler: ConsoleHandler, action: str, target: str | 
     """The admin log, as the management API writes it: actor = the admin token's name, action =
     the console's route, detail under the API's field names. A failure is logged, the write stands."""
     try:
-        await handler.call(admin_log.record, handler.who.name, action, target, detail)
+        await handler.call(admin_log.face_record, handler.who.name, action, target, detail)
     except Exception as e:  # the store went away between the write and its entry
         log.warning("console write by %s not recorded in the admin log: %s (%s)", handler.who.name,
                     action, type(e).__name__)
@@ -381,6 +381,9 @@ class KeyRevokeHandler(WriteHandler):
 
 
 class SuspendHandler(WriteHandler):
+    """Suspend or resume with the operator's reason (in the audit and the webhook). The service
+    records the admin log's entry itself (admin_log.SELF_AUDITED)."""
+
     form = "wallet"
     question = N_("Suspend this account? Its keys are refused from the next request until it is resumed.")
     button = N_("Yes, suspend the account")
@@ -389,14 +392,19 @@ class SuspendHandler(WriteHandler):
         view = accounts.show(client, account_id)
         if verb != "suspend" or view["suspended"]:
             return None
+        live = sum(1 for k in keys.list_keys(client, view["account_id"]) if k["state"] == "active")
         return [(N_("Account"), view["account_id"]), (N_("Phone"), view["phone"]),
-                (N_("Balance"), self.fmt.exact_micro(view["balance_micro"])), (N_("Keys"), self.fmt.count(view["key_count"]))]
+                (N_("Balance"), self.fmt.exact_micro(view["balance_micro"])), (N_("Active keys"), self.fmt.count(live)),
+                (N_("Reason"), self.arg("reason") or "—")]
 
     def act(self, client, account_id: str, verb: str) -> str:
         _ = self.locale.translate
+        reason = self.arg("reason") or None
         if verb == "suspend":
-            return _("Account suspended.") if accounts.suspend(client, account_id) else _("Already suspended.")
-        return _("Account resumed.") if accounts.resume(client, account_id) else _("It was not suspended.")
+            done = accounts.suspend(client, account_id, reason, actor=self.who.name)
+            return _("Account suspended.") if done else _("Already suspended.")
+        done = accounts.resume(client, account_id, reason, actor=self.who.name)
+        return _("Account resumed.") if done else _("It was not suspended.")
 
 
 class SettingsHandler(WriteHandler):

@@ -27,3 +27,47 @@ def short_id(value, cls: str = "") -> str:
     and the tooltip."""
     text = xhtml_escape(str(value or "—"))
     return f'<span class="id trunc {cls}" dir="ltr" title="{text}">{text}</span>'
+
+
+def audit_sentence(fmt: Formatter, translate, entry: dict) -> str:
+    """An admin log entry's verb and object in the reader's language, the object a link where it
+    has a page (an account): "topped up account <a>2f0c…</a>". Safe HTML."""
+    from upgate.services import admin_log
+
+    obj = entry.get("object") or {}
+    oid = obj.get("id")
+    if oid and obj.get("type") == "account":
+        words = f'<a href="/admin/accounts/{xhtml_escape(oid)}">{short_id(oid)}</a>'
+    elif oid:
+        words = short_id(oid)
+    else:
+        words = ""
+    text = xhtml_escape(admin_log.sentence({**entry, "object": {"id": "\x00"}}, translate))
+    return text.replace("\x00", words)
+
+
+def audit_value(fmt: Formatter, translate, field: str, value) -> str:
+    """One before/after value as a person reads it: an amount in toman, a state in words."""
+    from upgate.services import admin_log
+
+    if value is None:
+        return "—"
+    if field.endswith("_toman"):
+        return money(fmt, value)
+    if isinstance(value, str) and value in admin_log.VALUE_WORDS:
+        return xhtml_escape(translate(admin_log.VALUE_WORDS[value]))
+    if isinstance(value, int):
+        return xhtml_escape(fmt.count(value))
+    return f'<bdi dir="ltr">{xhtml_escape(str(value))}</bdi>'
+
+
+def audit_change(fmt: Formatter, translate, entry: dict) -> str:
+    """ "balance: 1,000 → 1,050" for each value the entry changed. Safe HTML."""
+    from upgate.services import admin_log
+
+    parts = []
+    for field, before, after in admin_log.changes(entry):
+        name = xhtml_escape(translate(admin_log.FIELD_WORDS.get(field, field)))
+        parts.append(f'<span class="chg">{name}: {audit_value(fmt, translate, field, before)} '
+                     f'<span aria-hidden="true">{"←" if fmt.rtl else "→"}</span> {audit_value(fmt, translate, field, after)}</span>')
+    return "<br>".join(parts) or "—"

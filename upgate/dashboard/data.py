@@ -7,7 +7,7 @@ and the console call; nothing here decides, validates or computes money.
 from __future__ import annotations
 
 from upgate.billing import jalali, money
-from upgate.services import accounts, keys, request_search, statements, transactions, usage
+from upgate.services import accounts, keys, account_requests, statements, transactions, usage
 
 LOW_BALANCE_DEFAULT_MICRO = 10_000 * money.MICRO  # warn below this when the account set no threshold
 
@@ -45,9 +45,9 @@ def home(client, account_id: str) -> dict:
 
 
 def key_list(client, account_id: str) -> tuple[list[dict], dict]:
-    """The keys, and per key its last use and 30 days of cost (request_search.key_figures)."""
+    """The keys, and per key its last use and 30 days of cost (account_requests.key_figures)."""
     listed = keys.list_keys(client, account_id)
-    return listed, request_search.key_figures(client, account_id, [k["key_id"] for k in listed])
+    return listed, account_requests.key_figures(client, account_id, [k["key_id"] for k in listed])
 
 
 def usage_page(client, account_id: str, month: str) -> dict:

@@ -19,4 +19,4 @@ class Page(DashboardHandler):
         f = self.get_template_namespace()["fmt"]
         return charts.bars([f.day(d["day"]) for d in days], [d[metric] for d in days], title, fmt,
                            tips=[f.when_day(d["day"]) for d in days],
-                           empty=self.locale.translate("No data in this period"), digits=f.digits)
+                           empty=self.locale.translate("No data in this period"), digits=f.digits, axis=f.axis)

@@ -1,25 +1,25 @@
 """/dashboard/requests (the lookup by X-Svc-Request-Id, and the records filtered by Jalali dates,
 model, key and status, a page at a time or as CSV) and /dashboard/usage?format=csv. The records
-come through services/request_search.py; the account id from the session only."""
+come through services/account_requests.py; the account id from the session only."""
 from __future__ import annotations
 
 import urllib.parse
 
 from upgate.dashboard.base import Refused
 from upgate.dashboard.page import Page
-from upgate.services import csv_safe, keys, phones, records, request_search, statements, usage
+from upgate.services import csv_safe, keys, phones, records, account_requests, statements, usage
 
 FILTERS = ("from", "to", "model", "key", "status")
 
 
 def _page(client, account_id: str, filters: dict, cursor: str) -> dict:
-    return {"results": request_search.search(client, account_id, filters, cursor=cursor),
-            "models": request_search.choices(client, account_id)["models"],
+    return {"results": account_requests.search(client, account_id, filters, cursor=cursor),
+            "models": account_requests.choices(client, account_id)["models"],
             "keys": keys.list_keys(client, account_id)}
 
 
 def _csv(client, account_id: str, filters: dict) -> str:
-    return request_search.to_csv(request_search.search(client, account_id, filters, limit=0)["rows"])
+    return account_requests.to_csv(account_requests.search(client, account_id, filters, limit=0)["rows"])
 
 
 class RequestsHandler(Page):
@@ -36,9 +36,9 @@ class RequestsHandler(Page):
         _ = self.locale.translate
         typed = self.typed()
         try:
-            filters = request_search.check(start=typed["from"], end=typed["to"], model=typed["model"],
+            filters = account_requests.check(start=typed["from"], end=typed["to"], model=typed["model"],
                                            key=typed["key"], status=typed["status"])
-        except request_search.InvalidFilter as e:
+        except account_requests.InvalidFilter as e:
             label = {"from": _("From"), "to": _("To"), "model": _("Model"), "key": _("Key"),
                      "status": _("Status")}[e.field]
             text = (_("The end date is before the start date.") if str(e).startswith("`to` is before")

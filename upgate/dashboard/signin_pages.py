@@ -28,7 +28,7 @@ class LoginHandler(SignInPage):
             phone = await self.ctx.signin.ask(self.call, self.arg("phone"), self.address(),
                                               lambda code: _("Your upgate sign-in code: {code}").format(code=code))
         except signin.SignInError as e:
-            self.set_status(503 if isinstance(e, signin.NotSent) else 429 if e.wait_s else 400)
+            self.set_status(503 if isinstance(e, signin.SmsUnavailable) else 429 if e.wait_s else 400)
             self.render("login.html", next=target, error=self.refusal(e), phone=self.arg("phone"))
             return
         self.render("code.html", next=target, phone=phone, error=None)

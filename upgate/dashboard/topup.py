@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 
 from upgate.dashboard.base import PREFIX, DashboardHandler, Refused
-from upgate.payments import errors, gateways, orders, service
+from upgate.payments import bounds, errors, gateways, orders, service
 
 log = logging.getLogger("upgate")
 
@@ -60,9 +60,13 @@ class TopupHandler(DashboardHandler):
         _ = self.locale.translate
         s = self.ctx.settings
         try:
-            order, url = await self.call(service.start, s, self.account_id, self.arg("amount_toman"))
+            order, url = await self.call(service.start, s, self.account_id, self.arg("amount_toman"),
+                                         address=self.ctx.client_address(self.request))
         except service.InvalidTopup as e:
             return await self.show(status=400, message=self.said(e))
+        except bounds.TooManyPayments as e:  # (nothing was asked of the gateway)
+            self.ctx.metrics.count_payment(s.payments, "throttled")
+            return await self.show(status=429, message=self.said(e))
         except errors.PaymentsOff:
             raise Refused(404, _("Online payment is not available. Please contact support to top up."))
         except errors.PaymentError as e:
@@ -81,7 +85,12 @@ class CallbackHandler(DashboardHandler):
 
     async def get(self) -> None:
         args = {k: self.get_query_argument(k) for k in self.request.query_arguments}
-        done = await self.call(service.callback, self.ctx.settings, args, self.account_id)
+        try:
+            done = await self.call(service.callback, self.ctx.settings, args, self.account_id,
+                                   self.ctx.client_address(self.request))
+        except bounds.TooManyPayments as e:
+            self.ctx.metrics.count_payment(self.ctx.settings.payments, "throttled")
+            raise Refused(429, self.said(e)) from None
         if done is None:
             raise Refused(404, self.locale.translate("We found no payment of yours with this reference."))
         self.ctx.metrics.count_payment(done.order["gateway"], done.outcome)

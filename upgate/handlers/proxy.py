@@ -174,9 +174,9 @@ class ProxyHandler(Failover, StreamRelay, BaseHandler):
         if model.routed:
             model = model.via(route)  # names the route's provider and upstream model; same prices
         key_var, api_key = ctx.routes.pick_key(provider) if provider.pooled else (None, None)
-        payload = prepare_body(req.body, provider.dialect, model.upstream_model, req.stream,
-                               path=self.PATH)
-        call = self._call = ctx.upstream.open(provider.url(self.PATH), payload,
+        dialect, path = self._wire(provider)
+        payload = prepare_body(req.body, dialect, model.upstream_model, req.stream, path=path)
+        call = self._call = ctx.upstream.open(provider.url(path), payload,
                                               self._upstream_headers(provider, provider.headers(api_key)))
         self._attempt = (model.provider, time.monotonic())
         try:
@@ -330,6 +330,11 @@ class ProxyHandler(Failover, StreamRelay, BaseHandler):
         """The provider's request headers in its dialect (a Messages client adds its
         anthropic-beta)."""
         return request_headers(provider.dialect, headers)
+
+    def _wire(self, provider) -> tuple[str, str]:
+        """(dialect, path) a request of this route goes to `provider` in (handlers/responses.py
+        sends a Responses request as it is to a provider that speaks that API)."""
+        return provider.dialect, self.PATH
 
     def _dialect(self, model) -> str:
         provider = self.ctx.providers.get(model.provider)

@@ -17,6 +17,7 @@ from upgate.handlers.requests import validate
 from upgate.responses import answer
 from upgate.responses.events import EventEncoder
 from upgate.responses.request import to_chat
+from upgate.upstream.dialects import RESPONSES
 
 _DROPPED_HEADER = "X-Svc-Dropped-Tools"
 
@@ -30,10 +31,20 @@ class ResponsesAPIHandler(ChatHandler):
         self._chat = to_chat(body)
         return validate(self._chat, "chat")
 
-    async def _forward(self, req, models) -> None:
-        if self._chat.dropped_tools:  # built-in tools the upstream cannot serve: named, not refused
+    def _wire(self, provider) -> tuple[str, str]:
+        """A provider that speaks the Responses API gets the client's body (built-in tools
+        included); any other the chat translation, without the built-in tools it cannot serve,
+        which the response names (set here, on the loop, before anything is sent)."""
+        if provider.responses:
+            self.clear_header(_DROPPED_HEADER)
+            return RESPONSES, "responses"
+        if self._chat.dropped_tools:
             self.set_header(_DROPPED_HEADER, ", ".join(dict.fromkeys(self._chat.dropped_tools)))
-        await super()._forward(req, models)
+        return super()._wire(provider)
+
+    def _dialect(self, model) -> str:
+        provider = self.ctx.providers.get(model.provider)
+        return RESPONSES if provider is not None and provider.responses else super()._dialect(model)
 
     @property
     def shape(self) -> answer.Shape:

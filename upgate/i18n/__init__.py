@@ -77,6 +77,10 @@ class Formatter:
     def count(self, n) -> str:
         return numbers.count(n, self.lang)
 
+    def axis(self, v: float) -> str:
+        """A chart axis's number, short, with the language's digits and words ("۲۰۰ هزار")."""
+        return numbers.short(v, self.lang)
+
     def digits(self, text) -> str:
         return numbers.localize(str(text), self.lang)
 

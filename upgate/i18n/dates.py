@@ -22,7 +22,10 @@ def parse_time(value) -> datetime | None:
     if isinstance(value, (int, float)):
         if not value:
             return None
-        return datetime.fromtimestamp(value / 1000 if value > 1e11 else value, timezone.utc)
+        try:
+            return datetime.fromtimestamp(value / 1000 if value > 1e11 else value, timezone.utc)
+        except (OverflowError, OSError, ValueError):  # beyond year 9999: a value no face accepts
+            return None
     try:
         moment = datetime.fromisoformat(str(value).replace("Z", "+00:00"))
     except ValueError:
@@ -35,7 +38,10 @@ def jalali_text(value, seconds: bool = False) -> str:
     moment = parse_time(value)
     if moment is None:
         return DASH
-    j = jdatetime.datetime.fromgregorian(datetime=moment.astimezone(jalali.TEHRAN))
+    try:  # a stored 9999-12-31 is past Jalali's (and Tehran's) last year: never a 500
+        j = jdatetime.datetime.fromgregorian(datetime=moment.astimezone(jalali.TEHRAN))
+    except (OverflowError, ValueError):
+        return DASH
     return j.strftime("%Y-%m-%d %H:%M:%S" if seconds else "%Y-%m-%d %H:%M")
 
 

@@ -108,6 +108,19 @@ def count(n, lang: str = "en") -> str:
     return DASH if n is None else localize(f"{int(n):,}", lang)
 
 
+_SHORT = {"en": ((1e9, "B"), (1e6, "M"), (1e3, "k")),
+          "fa": ((1e9, "\u00a0میلیارد"), (1e6, "\u00a0میلیون"), (1e3, "\u00a0هزار"))}
+
+
+def short(v: float, lang: str = "en") -> str:
+    """A chart axis's number, short: 1200 → "1.2k" / "۱٫۲ هزار", 3500000 → "3.5M" / "۳٫۵ میلیون"
+    (Persian words, not Latin letters, after Persian digits)."""
+    for div, suffix in _SHORT.get(lang, _SHORT["en"]):
+        if abs(v) >= div:
+            return localize(f"{v / div:.1f}".rstrip("0").rstrip("."), lang) + suffix
+    return localize(f"{v:.2f}".rstrip("0").rstrip(".") if v % 1 else f"{int(v)}", lang)
+
+
 def plain_toman(micro: int | None) -> str:
     """Integer micro-toman → plain decimal text for a form field ("1500", "0.25"); None → ""."""
     if micro is None:

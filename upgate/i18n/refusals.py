@@ -31,6 +31,7 @@ TEXT = {
     "model_unknown": N_("«{model}» is not a model we offer: see the list of models."),
     "models_empty": N_("Name at least one model, or leave the field empty to allow every model."),
     "expiry_past": N_("The expiry {when_ms} has already passed: choose a day in the future."),
+    "expiry_too_far": N_("The expiry must be within {years} years from today."),
     "date_malformed": N_("That is not a date: type a Jalali date like 1405/12/29."),
     "name_malformed": N_("The name must be text."),
     "name_too_long": N_("The name may be at most {high} characters long."),
@@ -60,6 +61,13 @@ TEXT = {
     "month_before_account": N_("{month} is before this account was opened."),
     "range_backwards": N_("The end date is before the start date."),
     "range_too_long": N_("A report covers at most {n} days."),
+    # the support desk (notes, reasons, searches, phone changes)
+    "note_text_missing": N_("Write the note's text."),
+    "text_control": N_("The text must not contain control characters."),
+    "reason_too_long": N_("The reason may be at most {high} characters long."),
+    "phone_changed": N_("This account's phone was changed meanwhile: look again, then retry."),
+    "date_out_of_range": N_("That date is too far from today: type a Jalali date like 1405/12/29."),
+    "status_invalid": N_("Type an HTTP status as a number from 100 to 599, like 402."),
     # operators' own
     "token_name_invalid": N_("An admin token's name is 1 to 64 letters, digits, dots, dashes or underscores."),
     "token_name_taken": N_("An admin token with this name exists: revoke it first."),
@@ -69,11 +77,13 @@ TEXT = {
     # top-up and suspension
     "topup_malformed": N_("Type a whole number of toman."),
     "topup_range": N_("A top-up is from {low_toman} to {high_toman} toman."),
+    "topup_pending": N_("{n} top-ups are already waiting for payment. Pay or wait for one of them first."),
+    "topup_too_many": N_("Too many payments were started or checked in the last hour. Please try again in {wait_s} seconds."),
     "suspended": N_("This account is suspended: you can see everything but change nothing. Please contact support."),
     # signing in
     "signin_too_soon": N_("A code was sent less than a minute ago. Please wait {wait_s} seconds before asking again."),
     "signin_too_many": N_("Too many codes were asked for. Please try again in {wait_s} seconds."),
-    "signin_not_sent": N_("The text message could not be sent just now. Please try again in a minute."),
+    "sms_unavailable": N_("SMS is unavailable, try again shortly."),
     "signin_wrong_code": N_("That code is not right. Check the text message and try again: {tries_left} tries left."),
     "signin_last_try": N_("That code is not right, and that was the last try: ask for a new code."),
     "signin_expired": N_("That code has expired or was already used. Ask for a new one."),

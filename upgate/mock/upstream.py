@@ -2,7 +2,7 @@
 
 Run it with `upgate mock-upstream --port N`, or in-process with `await serve(port)`.
 `POST /v1/messages` speaks the Messages API: a provider of the `anthropic` dialect
-(upgate/mock/anthropic.py).
+(upgate/mock/anthropic.py); `POST /v1/responses` the Responses API (upgate/mock/responses.py).
 
 Token accounting is deterministic so tests can compute exact costs:
 - completion_tokens = the number of content chunks: `mock.chunks` (default 5), capped by
@@ -46,7 +46,7 @@ import orjson
 from tornado import netutil, web
 
 from upgate.http.connection import HTTP1Server
-from upgate.mock import anthropic, tool_loop
+from upgate.mock import anthropic, responses, tool_loop
 from upgate.mock.behaviour import MAX_WAIT_S, MODELS, MockState, MockHandler, AnswerHandler, prompt_tokens
 
 
@@ -246,6 +246,7 @@ def make_app(state: MockState | None = None) -> web.Application:
         (r"/v1/completions", CompletionsHandler, args),
         (r"/v1/embeddings", EmbeddingsHandler, args),
         (r"/v1/messages", anthropic.MessagesHandler, args),  # the anthropic dialect (mock/anthropic.py)
+        (r"/v1/responses", responses.ResponsesHandler, args),  # a provider with `responses = true`
         (r"/v1/models", ModelsHandler, args),
         (r"/_mock/config", ConfigHandler, args),
         (r"/_mock/stats", StatsHandler, args),

@@ -152,6 +152,21 @@ def open_orders(client, limit: int = 1000) -> list[tuple[str, str]]:
     return out
 
 
+def open_fairly(client, per_account: int, scan: int = 20_000) -> list[tuple[str, str]]:
+    """The open orders a reconciliation pass verifies: at most `per_account` of each account,
+    its oldest first; every account's first before any account's second, and so on (one
+    account's thousand orders cannot push another's paid one out of the pass)."""
+    by_account: dict[str, list[str]] = {}
+    for acct, order_id in open_orders(client, scan):
+        mine = by_account.setdefault(acct, [])
+        if len(mine) < per_account:
+            mine.append(order_id)
+    out = []
+    for rank in range(per_account):
+        out += [(acct, ids[rank]) for acct, ids in by_account.items() if len(ids) > rank]
+    return out
+
+
 def _check_status(status):
     if status is not None and status not in STATUSES:
         raise InvalidStatus(f"status must be one of {', '.join(STATUSES)}, got {status!r}")

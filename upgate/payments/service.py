@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 
 from upgate.i18n import numbers
-from upgate.payments import gateways, orders, units
+from upgate.payments import bounds, gateways, orders, units
 from upgate.payments.errors import (AmountMismatch, GatewayRefused, GatewayUnavailable, NotPaid,
                                     PaymentError, PaymentsOff)
 from upgate.services import transactions
@@ -62,9 +62,11 @@ def check_amount(settings, amount_text) -> int:
     return toman
 
 
-def start(client, settings, account_id: str, amount_text, *, driver=None) -> tuple[dict, str]:
+def start(client, settings, account_id: str, amount_text, *, driver=None,
+          address: str | None = None) -> tuple[dict, str]:
     """A new pending order and its payment at the gateway: (order, the bank page's address).
-    A gateway that refuses or does not answer ends the order `failed` and raises."""
+    A gateway that refuses or does not answer ends the order `failed` and raises. Bounded per
+    account and per client `address` (payments/bounds.py: `TooManyPayments`)."""
     if settings.payments == "off":
         raise PaymentsOff("payments are off (UPGATE_PAYMENTS)")
     toman = check_amount(settings, amount_text)
@@ -74,6 +76,8 @@ def start(client, settings, account_id: str, amount_text, *, driver=None) -> tup
         raise UnknownAccount(f"unknown account {acct}")
     if wallet.get("suspended") == "1":
         raise InvalidTopup("a suspended account cannot pay", reason="suspended")
+    bounds.check_pending(client, acct)
+    bounds.count_call(client, acct, address)
     driver = driver or gateways.build(settings, client)
     order = orders.create(client, acct, units.micro(toman), driver.name)
     callback = (settings.public_url or "") + CALLBACK_PATH
@@ -129,7 +133,8 @@ def verify_id(client, settings, order_id: str) -> dict:
     return verify(client, settings, orders.get(client, order_id)).as_dict()
 
 
-def callback(client, settings, args: dict[str, str], account_id: str | None = None) -> Outcome | None:
+def callback(client, settings, args: dict[str, str], account_id: str | None = None,
+             address: str | None = None) -> Outcome | None:
     """The browser came back from the gateway. Finds the order by the configured gateway's
     authority (another gateway's or an unknown one finds nothing: None), verifies it whatever
     the callback claims, and ends it `failed` when the gateway says it was not paid.
@@ -145,6 +150,8 @@ def callback(client, settings, args: dict[str, str], account_id: str | None = No
     order = orders.by_authority(client, driver.name, claim.authority)
     if order is None or (account_id is not None and order["account_id"] != account_id):
         return None
+    if account_id is not None and order["status"] != "paid":  # a customer's return asks the gateway
+        bounds.count_call(client, account_id, address)
     done = verify(client, settings, order, driver=driver)
     if done.outcome in ("not_paid", "amount_mismatch"):
         why = "the gateway says not paid" if done.outcome == "not_paid" else "the amount paid differs"
@@ -152,8 +159,8 @@ def callback(client, settings, args: dict[str, str], account_id: str | None = No
     return done
 
 
-def reconcile(client, settings, *, now_ms: int | None = None, limit: int = 1000) -> dict:
-    """One pass over the open orders (oldest first): verify each again, credit the paid, expire
+def reconcile(client, settings, *, now_ms: int | None = None, limit: int = 20_000) -> dict:
+    """One pass over the open orders (fairly: payments/bounds.py): verify each again, credit the paid, expire
     those unpaid after UPGATE_PAYMENTS_EXPIRE_S. A gateway that does not answer leaves its
     orders open, and after SILENT_STOP silences in a row the pass ends (the next one tries
     again) rather than wait out a timeout per order. Returns the count of each outcome (and `expired`)."""
@@ -162,7 +169,7 @@ def reconcile(client, settings, *, now_ms: int | None = None, limit: int = 1000)
     counts: dict[str, int] = {}
     silent = 0  # gateway calls in a row that got no answer: a gateway that is down ends the pass
     _unknown_paid(client, settings)
-    for acct, order_id in orders.open_orders(client, limit):
+    for acct, order_id in orders.open_fairly(client, bounds.RECONCILE_PER_ACCOUNT, limit):
         if silent >= SILENT_STOP:
             break
         try:

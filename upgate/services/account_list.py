@@ -245,4 +245,25 @@ def _sorted(client, ids: list[str], sort: str) -> list[str]:
     return sorted(ids, key=lambda a: sign * balance[a])
 
 
-__all__ = ["SCAN_MAX", "SORTS", "backfill", "browse", "spent_this_month", "UnknownAccount"]
+CSV_FIELDS = ("id", "phone", "status", "balance_toman", "held_toman", "available_toman", "free_quota_per_day",
+              "low_balance_toman", "created_at", "spent_this_month_toman")
+
+
+def export_csv(client, default_quota: int, *, q: str = "", sort: str = "newest") -> str:
+    """The accounts `browse` finds for `q` in `sort` order — every page, at most SCAN_MAX
+    accounts — as CSV: the account object's fields and this Jalali month's spend (csv_safe)."""
+    from upgate.billing import money
+    from upgate.services import csv_safe
+
+    rows, cursor = [], None
+    while len(rows) < SCAN_MAX:
+        page = browse(client, q=q, sort=sort, cursor=cursor, limit=accounts.PAGE_MAX)
+        rows += [{**accounts.account_object(v, default_quota),
+                  "spent_this_month_toman": money.fmt(v["spent_month_micro"])} for v in page["data"]]
+        cursor = page["next_cursor"]
+        if cursor is None:
+            break
+    return csv_safe.write(CSV_FIELDS, rows[:SCAN_MAX])
+
+
+__all__ = ["SCAN_MAX", "SORTS", "backfill", "browse", "export_csv", "spent_this_month", "UnknownAccount"]

@@ -185,6 +185,27 @@ def check_low_balance(micro) -> int:
     return micro
 
 
+MAX_REASON = 500  # characters of a suspension's reason
+
+
+class InvalidReason(AccountError):
+    field = "reason"
+    reason = "reason_too_long"
+
+
+def check_reason(text) -> str | None:
+    """A suspension's or resumption's reason: optional text of at most MAX_REASON characters,
+    one line (it goes into a webhook and the audit); blank = none."""
+    if text is None:
+        return None
+    if not isinstance(text, str) or len(text) > MAX_REASON:
+        raise InvalidReason(f"reason must be text of at most {MAX_REASON} characters", high=MAX_REASON)
+    text = " ".join(text.split())
+    if not text.isprintable():
+        raise InvalidReason("reason must be printable text", reason="text_control")
+    return text or None
+
+
 def check_free_quota(n) -> int | None:
     """A daily free quota: None (the deployment default) or a whole number 0..MAX_FREE_QUOTA."""
     if n is not None and (isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= MAX_FREE_QUOTA):

@@ -33,7 +33,7 @@ from upgate.store import connection as store, keyspace
 from upgate.services import phone_index
 from upgate.services.account_rules import (  # noqa: F401  (the rules are part of this module's API)
     account_object, AccountError, AccountInfo, BalanceOutOfRange, check_free_quota, check_low_balance,
-    check_phone, InvalidAmount, InvalidCursor, InvalidPhone, InvalidQuota, mask_phone,
+    check_phone, check_reason, InvalidAmount, InvalidReason, MAX_REASON, InvalidCursor, InvalidPhone, InvalidQuota, mask_phone,
     MAX_FREE_QUOTA, normalize_id, parse_amount, parse_free_quota, parse_low_balance, PHONE, PhoneInUse,
     UnknownAccount,
 )
@@ -145,27 +145,37 @@ def topup(client, account_id: str, amount_micro: int) -> int:
     return money.parse_toman(result["balance_toman"], allow_negative=True)
 
 
-def _suspension(client, account_id: str, suspend: bool) -> bool:
-    """Set or lift the suspension and record its webhook event in one step (lua/suspend.lua),
-    then tell every node (pub/sub). True when the state changed."""
+def _suspension(client, account_id: str, suspend: bool, reason: str | None = None,
+                actor: str | None = None) -> bool:
+    """Set or lift the suspension and record its webhook event (with the reason) in one step
+    (lua/suspend.lua), then tell every node (pub/sub) and, when `actor` is given (an operator's
+    action), write the admin log's entry. True when the state changed."""
     acct = normalize_id(account_id)
+    reason = check_reason(reason)
     keys = [keyspace.wallet(acct), *keyspace.outbox_keys(acct, is_cluster(client))]
-    changed = int(store.script("suspend").call_sync(client, keys, [acct, "1" if suspend else "0", 0]))
+    changed = int(store.script("suspend").call_sync(client, keys, [acct, "1" if suspend else "0", 0, reason or ""]))
     if changed < 0:
         raise UnknownAccount(f"unknown account {acct}")
     client.publish(keyspace.CHANNEL, orjson.dumps({"t": "account", "id": acct}))
+    if actor is not None:
+        from upgate.services import admin_log
+
+        was, now = ("active", "suspended") if suspend else ("suspended", "active")
+        admin_log.record(client, actor, "account.suspend" if suspend else "account.resume", acct,
+                         before={"status": was} if changed else None, after={"status": now} if changed else None,
+                         note=reason, detail={"changed": changed == 1})
     return changed == 1
 
 
-def suspend(client, account_id: str) -> bool:
+def suspend(client, account_id: str, reason: str | None = None, *, actor: str | None = None) -> bool:
     """Suspend the account: its requests get 403 account_suspended from the next one on.
     Returns False when it already was suspended (the call is idempotent)."""
-    return _suspension(client, account_id, True)
+    return _suspension(client, account_id, True, reason, actor)
 
 
-def resume(client, account_id: str) -> bool:
+def resume(client, account_id: str, reason: str | None = None, *, actor: str | None = None) -> bool:
     """Lift a suspension. Returns False when the account was not suspended."""
-    return _suspension(client, account_id, False)
+    return _suspension(client, account_id, False, reason, actor)
 
 
 def set_free_quota(client, account_id: str, n: int | None) -> None:
@@ -341,10 +351,11 @@ def create(client, phone: str, balance_micro: int, default_quota: int, *, actor:
                old_names=old_names)
 
 
-def set_status(client, account_id: str, suspended: bool, default_quota: int, *,
-               old_names: bool = False) -> tuple[dict, bool]:
-    """Suspend or resume; (the account object after it, whether anything changed)."""
-    changed = (suspend if suspended else resume)(client, account_id)
+def set_status(client, account_id: str, suspended: bool, default_quota: int, *, reason: str | None = None,
+               actor: str = "cli", old_names: bool = False) -> tuple[dict, bool]:
+    """Suspend or resume (with the operator's reason, in the audit and the webhook); (the
+    account object after it, whether anything changed)."""
+    changed = (suspend if suspended else resume)(client, account_id, reason, actor=actor)
     return get(client, account_id, default_quota, old_names=old_names), changed
 
 

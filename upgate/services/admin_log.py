@@ -67,6 +67,7 @@ _ROUTES = {
     "POST /admin/v1/accounts/{id}/suspend": "account.suspend", "POST /admin/accounts/{id}/suspend": "account.suspend",
     "POST /admin/v1/accounts/{id}/resume": "account.resume", "POST /admin/accounts/{id}/resume": "account.resume",
     "PATCH /admin/v1/accounts/{id}": "account.update", "POST /admin/accounts/{id}/settings": "account.update",
+    "POST /admin/accounts/{id}/phone": "account.set_phone",
     "POST /admin/v1/accounts/{id}/notes": "account.note", "POST /admin/accounts/{id}/notes": "account.note",
     "POST /admin/v1/accounts/{id}/keys": "key.create", "POST /admin/accounts/{id}/keys": "key.create",
     "PATCH /admin/v1/keys/{key_id}": "key.update", "POST /admin/accounts/{id}/keys/{key_id}/update": "key.update",
@@ -78,6 +79,18 @@ _ROUTES = {
     "POST /admin/v1/payments/{id}/verify": "payments.verify",
     "POST /admin/payments/{order_id}/verify": "payments.verify",
 }
+
+
+# verbs whose service function records its own entry (with before/after, replay, reason): a face's
+# generic entry for them (`face_record`) would say the same thing twice
+SELF_AUDITED = {"account.set_phone", "account.suspend", "account.resume", "account.note", "account.topup",
+                "account.adjust", "migrate"}
+
+
+def face_record(client, actor: str, action: str, target: str | None = None, detail: dict | None = None) -> None:
+    """What a face records after a write it made: `record`, unless the service function did."""
+    if verb(action) not in SELF_AUDITED:
+        record(client, actor, action, target, detail)
 
 
 def verb(action: str) -> str:
@@ -112,8 +125,8 @@ def record(client, actor: str, action: str, target: str | None = None, detail: d
     name = verb(action)
     kind = VERBS.get(name, (name.partition(".")[0], ""))[0]
     detail = {k: _plain(v) for k, v in (detail or {}).items()}
-    if note is None and isinstance(detail.get("note"), str):
-        note = detail["note"]
+    if note is None:
+        note = next((detail[k] for k in ("note", "reason", "text") if isinstance(detail.get(k), str)), None)
     obj_id = target
     if name == "key.create":  # the object is the account the key was made on
         account = account or target
@@ -155,6 +168,93 @@ def read(client, limit: int = 100) -> list[dict]:
     """The newest `limit` entries (1 to MAX_ENTRIES), newest first."""
     check_limit(limit)
     return [entry(raw) for raw in client.lrange(keyspace.ADMIN_LOG, 0, limit - 1)]
+
+
+_CHUNK = 500
+
+
+def search(client, *, actor: str | None = None, account: str | None = None, action: str | None = None,
+           start: str | None = None, end: str | None = None, limit: int = 100) -> list[dict]:
+    """The newest `limit` entries that match every filter given: `actor` (a token's name, or
+    "cli"), `account` (an account id: what was done to it and to its keys), `action` (a verb,
+    or its noun: "key" is every key.*), `start`/`end` (Jalali days, Tehran). Reads the log (at
+    most MAX_ENTRIES, ~4 MB) `_CHUNK` entries per round trip and stops at `limit` matches."""
+    from upgate.services import periods
+    from upgate.services.account_rules import normalize_id
+
+    check_limit(limit)
+    lo, hi = periods.bounds_ms(start, end)
+    if account:
+        account = normalize_id(account)
+    actor = (actor or "").strip() or None
+    action = (action or "").strip() or None
+    out: list[dict] = []
+    for first in range(0, MAX_ENTRIES, _CHUNK):
+        raws = client.lrange(keyspace.ADMIN_LOG, first, first + _CHUNK - 1)
+        for raw in raws:
+            e = entry(raw)
+            ms = _ms(e["ts"])
+            if lo is not None and ms < lo:
+                return out  # newest first: everything after this is older still
+            if hi is not None and ms >= hi:
+                continue
+            if actor and e["actor"] != actor:
+                continue
+            if account and e.get("account") != account and e["object"].get("id") != account:
+                continue
+            if action and e["action"] != action and e["action"].partition(".")[0] != action:
+                continue
+            out.append(e)
+            if len(out) >= limit:
+                return out
+        if len(raws) < _CHUNK:
+            break
+    return out
+
+
+def _ms(iso: str | None) -> int:
+    from datetime import datetime
+
+    try:
+        return int(datetime.fromisoformat(str(iso).replace("Z", "+00:00")).timestamp() * 1000)
+    except ValueError:
+        return 0
+
+
+# ---- what a reader sees -----------------------------------------------------------------------
+
+FIELD_WORDS = {"phone": N_("phone"), "status": N_("status"), "balance_toman": N_("balance"),
+               "version": N_("data version")}
+VALUE_WORDS = {"active": N_("active"), "suspended": N_("suspended")}
+CSV_FIELDS = ("id", "ts", "actor", "action", "what", "object_type", "object_id", "account", "before", "after",
+              "replay", "note", "detail")
+
+
+def sentence(e: dict, translate=lambda s: s, object_words=None) -> str:
+    """"topped up account 2f0c…" in the reader's language (`translate`): the verb and its object,
+    never a route. `object_words(entry)` names the object (default: its id)."""
+    words = VERBS.get(e["action"], (None, e["action"]))[1]
+    obj = object_words(e) if object_words else (e["object"].get("id") or "")
+    text = translate(words) if words else e["action"]
+    return text % {"object": obj} if "%(object)s" in text else text
+
+
+def changes(e: dict) -> list[tuple[str, object, object]]:
+    """[(field, before, after)] of what the entry changed, in the order written."""
+    before, after = e.get("before") or {}, e.get("after") or {}
+    return [(k, before.get(k), after.get(k)) for k in dict.fromkeys([*before, *after])]
+
+
+def to_csv(entries: list[dict]) -> str:
+    """Entries as CSV (csv_safe): the sentence in English, before/after and detail as JSON."""
+    from upgate.services import csv_safe
+
+    def row(e):
+        dump = lambda v: orjson.dumps(v).decode() if v else ""  # noqa: E731
+        return {**e, "what": sentence(e), "object_type": e["object"].get("type"), "object_id": e["object"].get("id"),
+                "before": dump(e.get("before")), "after": dump(e.get("after")), "detail": dump(e.get("detail")),
+                "replay": "true" if e.get("replay") else "false"}
+    return csv_safe.write(CSV_FIELDS, [row(e) for e in entries])
 
 
 def check_limit(limit) -> int:

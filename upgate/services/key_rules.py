@@ -32,6 +32,8 @@ _KEY_SHAPE = re.compile(r"sk-up-[A-Za-z0-9]{40}")
 KEY_ID_SHAPE = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 RPM_MIN, RPM_MAX, RPM_DEFAULT = 1, 600, 60
+MAX_EXPIRY_YEARS = 10  # a key's expiry is at most this far ahead (every face; docs/security.md)
+_MAX_EXPIRY_MS = MAX_EXPIRY_YEARS * 365 * 86_400_000
 NAME_MAX = 100
 MAX_ALLOWED_MODELS = 1_000
 
@@ -160,6 +162,10 @@ def check_expires(expires_at_ms, now_ms: int | None = None) -> int:
         raise InvalidKeySetting("the expiry is in the past: "
                                 f"{iso_ms(expires_at_ms)} (now is {iso_ms(now_ms)})",
                                 reason="expiry_past", when_ms=expires_at_ms)
+    if expires_at_ms > now_ms + _MAX_EXPIRY_MS:  # (9999-12-31 was stored, then broke every page)
+        raise InvalidKeySetting(f"the expiry must be within {MAX_EXPIRY_YEARS} years, "
+                                f"before {iso_ms(now_ms + _MAX_EXPIRY_MS)}",
+                                reason="expiry_too_far", years=MAX_EXPIRY_YEARS)
     return expires_at_ms
 
 

@@ -32,6 +32,7 @@ class PhoneChanged(AccountError):
     """Another change of this account's phone landed first; nothing of this one was kept."""
 
     field = "phone"
+    reason = "phone_changed"
 
 
 def set_phone(client, account_id: str, phone: str, *, actor: str = "cli") -> dict:

@@ -51,6 +51,36 @@ def list_requests(client, account_id: str, limit: int = 50) -> list[dict]:
     return [decode(acct, raw) for raw, _ in newest]
 
 
+def count_window(client, ids: list[str], lo_ms: int, hi_ms: int, batch: int = 500) -> dict[str, int]:
+    """How many records (billed and refused) each account keeps from `lo_ms` up to (not
+    including) `hi_ms`."""
+    out: dict[str, int] = {}
+    for i in range(0, len(ids), batch):
+        chunk = ids[i:i + batch]
+        pipe = client.pipeline(transaction=False)
+        for acct in chunk:
+            for kept in kept_keys(acct):
+                pipe.zcount(kept, lo_ms, f"({hi_ms}")
+        counts = [int(n) for n in pipe.execute()]
+        width = len(counts) // max(1, len(chunk))
+        out.update((acct, sum(counts[j * width:(j + 1) * width])) for j, acct in enumerate(chunk))
+    return out
+
+
+def account_window(client, ids: list[str], lo_ms: int, hi_ms: int, per_account: int):
+    """(record, time ms) of each account's records (billed and refused) in [lo_ms, hi_ms),
+    newest first within each set, at most `per_account` of each set: one pipeline for `ids`."""
+    pipe = client.pipeline(transaction=False)
+    owners = []
+    for acct in ids:
+        for kept in kept_keys(acct):
+            pipe.zrevrangebyscore(kept, f"({hi_ms}", lo_ms, start=0, num=max(1, per_account), withscores=True)
+            owners.append(acct)
+    for acct, rows in zip(owners, pipe.execute()):
+        for raw, score in rows:
+            yield decode(acct, raw), int(score)
+
+
 def find(client, request_id: str, *, keep_days: int | None = None) -> dict:
     """The record of one request, by the id alone (X-Svc-Request-Id), or `UnknownRequest`.
     `keep_days`: how far back to look at least (default: UPGATE_REQUEST_LOG_DAYS); as far as

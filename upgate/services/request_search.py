@@ -1,137 +1,130 @@
-"""An account holder's request records, filtered and paged (the dashboard's /dashboard/requests:
-`from`, `to` (Jalali YYYY-MM-DD, Tehran days, both ends included), `model`, `key`, `status`,
-cursor paging, `?format=csv`) and per-key figures drawn from the same records and the daily
-aggregates (last used, a 30-day sparkline).
+"""Finding requests across accounts (OPERATORS.md "support desk"): the request records kept for
+every account — settled ones and refused ones — filtered by a Jalali period, model, key, HTTP
+status and code, newest first, a page at a time.
 
-Records are read only through services/records.py's `list_requests` (upgate/billing/
-request_record.py owns their stored form, which changes under us), newest first, at most
-`records.MAX_LIMIT` of them: the filters look at the account's newest MAX_LIMIT records, and say
-so (`scanned_all` False) when older ones may exist beyond.
+Bounded by construction, for the admin read pool: the period is at most MAX_DAYS Jalali days
+(default: today); the accounts are at most account_list.SCAN_MAX (one key's account alone when
+`key` is given); each account's records in the period are first counted (ZCOUNT, one pipeline),
+and at most READ_MAX of them are read and decoded per call (pipelined BATCH accounts per round
+trip). When the period holds more, the answer says `capped` and how many were searched: narrow
+the period, or give the key. The cursor is the last record's (time ms, request id): the next
+page reads what is strictly older, so a record landing meanwhile is never shown twice.
 
-`status`: "" (all), "ok" (below 400), "4xx", "5xx", or one HTTP status ("429").
+Records are read and decoded only through services/records.py (`account_window`), so their
+stored form may change under this module.
 """
 from __future__ import annotations
 
-import jdatetime
-
-from upgate.billing import jalali, money
-from upgate.i18n import dates
-from upgate.services import csv_safe, records, usage
+from upgate.billing import jalali
+from upgate.services import periods, records
 from upgate.services.account_rules import AccountError
+from upgate.store import connection as store, keyspace
 
-PAGE = 50
-STATUS_CLASSES = ("ok", "4xx", "5xx")
-CSV_FIELDS = ("request_id", "time", "key_id", "key_prefix", "model", "status", "code", "prompt_tokens",
-              "completion_tokens", "cached_tokens", "cost_toman", "duration_ms")
-SPARK_DAYS = 30
+MAX_DAYS = 31
+READ_MAX = 50_000  # records decoded per search at most
+ACCOUNTS_MAX = 10_000
+BATCH = 500
+PAGE_MAX = 500
+DAY_MS = 86_400_000
 
 
-class InvalidFilter(AccountError):
-    """A filter is not one the page offers; `field` names it."""
-
-    def __init__(self, message: str, field: str):
-        super().__init__(message)
+class InvalidSearch(AccountError):
+    def __init__(self, message: str, field: str, **kw):
+        super().__init__(message, **kw)
         self.field = field
 
 
-def _day_ms(text: str, field: str, end: bool) -> int:
-    try:
-        day = jalali.parse_day(text)
-    except ValueError:
-        raise InvalidFilter(f"{field} must be a Jalali date YYYY-MM-DD, got {text!r}", field) from None
-    if not 1300 <= day.year <= 1500:
-        raise InvalidFilter(f"{field} must be a Jalali date YYYY-MM-DD, got {text!r}", field)
-    return jalali.day_start_ms(day, 1 if end else 0)
+def _cursor(text: str | None) -> tuple[int, str] | None:
+    if not text:
+        return None
+    ms, _, rid = text.partition(".")
+    if not ms.isdigit() or not rid or len(rid) > 64:
+        raise InvalidSearch(f"not a cursor from a previous page: {text[:80]!r}", "cursor", reason="cursor_invalid")
+    return int(ms), rid
 
 
-def check(*, start: str = "", end: str = "", model: str = "", key: str = "", status: str = "") -> dict:
-    """The filters as typed → {"since_ms", "until_ms", "model", "key", "status"}, or InvalidFilter."""
-    since = _day_ms(start, "from", False) if start else None
-    until = _day_ms(end, "to", True) if end else None
-    if since is not None and until is not None and until <= since:
-        raise InvalidFilter("`to` is before `from`", "to")
-    for name, value in (("model", model), ("key", key)):
-        if len(value) > 200 or not value.isprintable():
-            raise InvalidFilter(f"{name} is not one the page offers", name)
-    if status and status not in STATUS_CLASSES and not (len(status) == 3 and status.isdigit()):
-        raise InvalidFilter("status must be ok, 4xx, 5xx or an HTTP status", "status")
-    return {"since_ms": since, "until_ms": until, "model": model, "key": key, "status": status}
+def _period(start: str | None, end: str | None) -> tuple[int, int]:
+    """[lo, hi) ms: from `start`'s Tehran midnight (default: `end`'s day, or today) to the
+    midnight after `end` (default: after today)."""
+    lo, hi = periods.bounds_ms(start or None, end or None)
+    today = jalali.tehran_day_bounds()
+    hi = hi if hi is not None else int(today[1] * 1000)
+    lo = lo if lo is not None else (hi - DAY_MS if end else int(today[0] * 1000))
+    if hi <= lo:
+        raise InvalidSearch("to is before from", "to", reason="range_backwards")
+    if hi - lo > DAY_MS * MAX_DAYS + 2 * 3_600_000:  # (a day may be 23 or 25 hours long)
+        raise InvalidSearch(f"at most {MAX_DAYS} days per search: narrow from/to", "from", reason="range_too_long",
+                            n=MAX_DAYS)
+    return lo, hi
 
 
-def _ms(record: dict) -> int:
-    moment = dates.parse_time(record["time"])
-    return int(moment.timestamp() * 1000) if moment else 0
+def _status(value) -> int | None:
+    if value in (None, ""):
+        return None
+    text = str(value).strip()
+    if not (text.isascii() and text.isdigit() and 100 <= int(text) <= 599):
+        raise InvalidSearch(f"status must be an HTTP status from 100 to 599, got {text[:20]!r}", "status",
+                            reason="status_invalid")
+    return int(text)
 
 
-def _status_ok(want: str, status) -> bool:
-    if not want:
-        return True
-    s = int(status or 0)
-    if want == "ok":
-        return 0 < s < 400
-    if want in ("4xx", "5xx"):
-        return s // 100 == int(want[0])
-    return s == int(want)
-
-
-def _matches(r: dict, f: dict) -> bool:
-    t = _ms(r)
-    return ((f["since_ms"] is None or t >= f["since_ms"]) and (f["until_ms"] is None or t < f["until_ms"])
-            and (not f["model"] or r["model"] == f["model"]) and (not f["key"] or r["key_id"] == f["key"])
-            and _status_ok(f["status"], r["status"]))
-
-
-def search(client, account_id: str, filters: dict, *, cursor: str = "", limit: int = PAGE) -> dict:
-    """{"rows": the page (records as the customer sees them), "next_cursor": the last row's id
-    when more match, "scanned_all": whether every kept record was looked at}. `limit` 0: every
-    match (the CSV)."""
-    kept = records.list_requests(client, account_id, limit=records.MAX_LIMIT)
-    rows = [records.for_customer(r) for r in kept if _matches(r, filters)]
-    if cursor:
-        at = next((i for i, r in enumerate(rows) if r["request_id"] == cursor), None)
-        rows = rows[at + 1:] if at is not None else []
-    more = bool(limit) and len(rows) > limit
-    page = rows[:limit] if limit else rows
-    return {"rows": page, "next_cursor": page[-1]["request_id"] if more else None,
-            "scanned_all": len(kept) < records.MAX_LIMIT}
-
-
-def choices(client, account_id: str) -> dict:
-    """The models the account's kept records name (the model filter's options)."""
-    kept = records.list_requests(client, account_id, limit=records.MAX_LIMIT)
-    return {"models": sorted({r["model"] for r in kept if r["model"]})}
-
-
-def to_csv(rows: list[dict]) -> str:
-    return csv_safe.write(CSV_FIELDS, rows)
-
-
-# ---- per key ------------------------------------------------------------------------------------
-
-def key_figures(client, account_id: str, key_ids: list[str]) -> dict[str, dict]:
-    """key id → {"daily_cost_micro": the last 30 Tehran days' cost, oldest first, "days",
-    "last_used": the newest kept record's time (ISO UTC) or None, "last_used_day": the last day
-    with requests in those 30 days (Jalali key) when no record is kept}."""
-    today = jalali.parse_day(jalali.day_key())
-    days = jalali.days(today - jdatetime.timedelta(days=SPARK_DAYS - 1), today)
-    raw = usage.fetch(client, account_id, days)
-    out = {k: {"daily_cost_micro": [0] * len(days), "days": days, "requests_30d": 0, "last_used": None,
-               "last_used_day": None} for k in key_ids}
-    for i, day in enumerate(days):
-        for dim, name, metric, value in usage._fields(raw.get(day)):  # noqa: SLF001 (the one reader)
-            if dim != "key" or name not in out:
+def search(client, *, start: str | None = None, end: str | None = None, model: str | None = None,
+           key: str | None = None, status=None, code: str | None = None, limit: int = 50,
+           cursor: str | None = None) -> dict:
+    """{"data": [request record], "next_cursor", "searched": records looked at, "capped": bool,
+    "from", "to": the period as Jalali days}. Filters: `model` (asked or answered), `key` (a key
+    id), `status` (HTTP), `code` (the error code; "ok" for none)."""
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= PAGE_MAX:
+        raise InvalidSearch(f"limit must be a whole number from 1 to {PAGE_MAX}", "limit", reason="limit_range",
+                            high=PAGE_MAX)
+    lo, hi = _period(start, end)
+    after = _cursor(cursor)
+    if after is not None:
+        hi = min(hi, after[0] + 1)
+    want_status = _status(status)
+    model = (model or "").strip() or None
+    code = (code or "").strip() or None
+    key = (key or "").strip() or None
+    if key is not None:
+        owner = client.get(keyspace.key_owner(key)) if len(key) <= 64 else None
+        ids = [store.text(owner)] if owner is not None else []
+    else:
+        ids = [store.text(a) for a in client.sscan_iter(keyspace.ACCOUNTS, count=1000)][:ACCOUNTS_MAX]
+    counts = records.count_window(client, ids, lo, hi, BATCH)
+    busy = [a for a in ids if counts.get(a)]
+    total = sum(counts.values())
+    capped, budget, found, searched = total > READ_MAX, READ_MAX, [], 0
+    for i in range(0, len(busy), BATCH):
+        chunk = busy[i:i + BATCH]
+        for rec, ms in records.account_window(client, chunk, lo, hi, budget):
+            searched += 1
+            if after is not None and (ms, rec["request_id"]) >= after:
                 continue
-            if metric == "cost":
-                out[name]["daily_cost_micro"][i] += value
-            elif metric == "requests" and value:
-                out[name]["requests_30d"] += value
-                out[name]["last_used_day"] = day
-    for r in records.list_requests(client, account_id, limit=records.MAX_LIMIT):
-        k = out.get(r["key_id"])
-        if k is not None and k["last_used"] is None:
-            k["last_used"] = r["time"]
-    return out
+            if _matches(rec, model, key, want_status, code):
+                found.append((ms, rec["request_id"], rec))
+        budget = READ_MAX - searched
+        if budget <= 0:
+            break
+    found.sort(key=lambda t: (t[0], t[1]), reverse=True)
+    page = found[:limit]
+    nxt = f"{page[-1][0]}.{page[-1][1]}" if len(found) > limit else None
+    return {"data": [r for _, _, r in page], "next_cursor": nxt, "searched": searched, "capped": capped,
+            "from": jalali.day_key(lo / 1000), "to": jalali.day_key((hi - 1) / 1000)}
 
 
-def micro_total(values: list[int]) -> str:
-    return money.fmt(sum(values))
+def _matches(rec: dict, model, key, status, code) -> bool:
+    if model is not None and model not in (rec.get("model"), rec.get("answered_model")):
+        return False
+    if key is not None and rec.get("key_id") != key:
+        return False
+    if status is not None and rec.get("status") != status:
+        return False
+    if code is not None and (rec.get("code") or "ok") != code:
+        return False
+    return True
+
+
+def to_csv(found: dict) -> str:
+    from upgate.services import csv_safe
+
+    return csv_safe.write(records.PUBLIC, found["data"])

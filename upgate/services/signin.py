@@ -5,8 +5,13 @@
   120 s and is stored only as HMAC(secret, phone | code).
 - No account enumeration: a phone with no account (or one shared by several accounts, which
   must not sign in until the operator resolves it) goes through the same throttles and is given
-  a code whose stored digest ("!") can never match; instead of the provider's round trip it
-  waits about as long as recent real sends took. Same answer, similar time.
+  a code whose stored digest ("!") can never match. The answer never waits for the provider:
+  a real code is sent in the background, so known and unknown phones get the same page in the
+  same time whether the provider works, fails or hangs, and on a node that just started.
+- The provider's health is in Redis (`record_send`): after HEALTH_FAILURES failed sends in a
+  row it counts as failing for HEALTH_PAUSE_S, and meanwhile every phone is told "SMS is
+  unavailable, try again shortly" (`SmsUnavailable`) before anything is issued; the next ask
+  after the pause tries again. A failed send's code is withdrawn.
 - `verify`: lua/signin_verify.lua counts the try, refuses after 5 (even the right code), and
   compares in constant time; a right code is consumed, so it signs in once. Then the account:
   the phone's one account, or with UPGATE_SIGNUP=open a new one whose opening balance
@@ -17,10 +22,10 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import hmac
-import random
+import logging
 import secrets
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from upgate.billing import money
 from upgate.errors import Reasoned
@@ -35,6 +40,12 @@ PER_PHONE_HOUR = 5
 PER_ADDRESS_HOUR = 20
 HOUR_MS = 3_600_000
 NEVER = "!"  # a stored digest no HMAC hex can equal
+HEALTH_FAILURES = 3  # failed sends in a row before the provider counts as failing
+HEALTH_PAUSE_S = 60  # then every phone is told SMS is unavailable this long
+HEALTH_MEMORY_S = 600  # a failure older than this (without a success since) is forgotten
+SEND_TIMEOUT_S = 15.0  # a background send that outlives this is a failure (drivers time out at 10 s)
+
+log = logging.getLogger("upgate.signin")
 
 
 class SignInError(Reasoned):
@@ -65,10 +76,10 @@ class TooMany(SignInError):
     reason = "signin_too_many"
 
 
-class NotSent(SignInError):
-    """The SMS provider did not take the message."""
+class SmsUnavailable(SignInError):
+    """SMS is unavailable, try again shortly."""
 
-    reason = "signin_not_sent"
+    reason = "sms_unavailable"
 
 
 class WrongCode(SignInError):
@@ -121,9 +132,36 @@ def _can_sign_in(client, phone: str, signup_open: bool) -> bool:
     return owner is not None or signup_open
 
 
+def sms_paused_s(client, now_ms: int | None = None) -> int:
+    """Seconds the provider still counts as failing (0: try it)."""
+    until = client.hget(keyspace.sms_health(), "until_ms")
+    now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+    return _seconds(int(until) - now_ms) if until and int(until) > now_ms else 0
+
+
+def record_send(client, ok: bool, now_ms: int | None = None) -> None:
+    """A background send's outcome, for every node: a success forgets the failures; the
+    HEALTH_FAILURES-th failure in a row (and each one after) pauses sending HEALTH_PAUSE_S."""
+    key = keyspace.sms_health()
+    if ok:
+        client.delete(key)
+        return
+    now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+    pipe = client.pipeline(transaction=True)
+    pipe.hincrby(key, "failures", 1)
+    pipe.pexpire(key, HEALTH_MEMORY_S * 1000)
+    failures, _ = pipe.execute()
+    if int(failures) >= HEALTH_FAILURES:
+        client.hset(key, "until_ms", now_ms + HEALTH_PAUSE_S * 1000)
+
+
 def issue(client, secret: bytes, phone: str, address: str, signup_open: bool) -> str | None:
     """Throttle and store a new code for `phone` (canonical); returns it, or None when it is
-    a code that can never verify (no account and sign-up closed, or a shared phone)."""
+    a code that can never verify (no account and sign-up closed, or a shared phone). While the
+    provider is failing, `SmsUnavailable` to every phone, before anything is counted."""
+    paused = sms_paused_s(client)
+    if paused:
+        raise SmsUnavailable(wait_s=paused)
     status, wait = store.script("signin_rate").call_sync(
         client, [keyspace.signin_address(address)], [PER_ADDRESS_HOUR, HOUR_MS, secrets.token_hex(8), 0])
     if int(status):
@@ -143,7 +181,9 @@ def issue(client, secret: bytes, phone: str, address: str, signup_open: bool) ->
 
 def withdraw(client, phone: str) -> None:
     """The SMS did not go out: drop the code (it was never delivered). The send still counts
-    against the hourly caps, which is what keeps a failing provider from being hammered."""
+    against the hourly caps, which is what keeps a failing provider from being hammered. (A
+    background send ends within SEND_TIMEOUT_S, well inside the 60 s resend gap: it can never
+    drop a newer code of the same phone.)"""
     client.delete(keyspace.signin_code(phone))
 
 
@@ -183,32 +223,47 @@ def _seconds(wait_ms) -> int:
 
 @dataclass
 class SignIn:
-    """One per node: the SMS driver, the secret, the sign-up policy, and how long real sends
-    take (what a code that is never sent waits, so both answers take about as long)."""
+    """One per node: the SMS driver, the secret, the sign-up policy, and the sends under way
+    (in the background: the answer never waits for the provider)."""
 
     sender: object
     secret: bytes
     signup_open: bool = False
     signup_credit_toman: str = "0"
-    typical_send_s: float = 0.0
+    sending: set = field(default_factory=set)
 
     async def ask(self, call, phone_text: str, address: str, text_for) -> str:
-        """Send a code to the phone as typed; returns the canonical phone. `call` runs a sync
-        store function in the executor; `text_for(code)` is the message in the page's language."""
+        """Issue a code to the phone as typed and start its SMS; returns the canonical phone
+        at once, known or not. `call` runs a sync store function in the executor;
+        `text_for(code)` is the message in the page's language."""
         phone = canonical_phone(phone_text)
         code = await call(issue, self.secret, phone, address, self.signup_open)
-        if code is None:
-            await asyncio.sleep(self.typical_send_s * random.uniform(0.8, 1.2))
-            return phone
-        started = time.monotonic()
-        try:
-            await self.sender.send_code(phone, code, text_for(code))
-        except SmsFailed:
-            await call(withdraw, phone)
-            raise NotSent() from None
-        took = time.monotonic() - started
-        self.typical_send_s = took if not self.typical_send_s else 0.8 * self.typical_send_s + 0.2 * took
+        if code is not None:
+            task = asyncio.get_running_loop().create_task(self._send(call, phone, code, text_for(code)))
+            self.sending.add(task)
+            task.add_done_callback(self.sending.discard)
         return phone
+
+    async def _send(self, call, phone: str, code: str, text: str) -> None:
+        ok = False
+        try:
+            await asyncio.wait_for(self.sender.send_code(phone, code, text), SEND_TIMEOUT_S)
+            ok = True
+        except (SmsFailed, asyncio.TimeoutError) as e:  # (the driver logged the provider's status)
+            log.warning("sign-in code not sent (%s)", type(e).__name__)
+        except Exception:  # noqa: BLE001 (a background task: nobody else would see it)
+            log.exception("sign-in code not sent")
+        try:
+            if not ok:
+                await call(withdraw, phone)
+            await call(record_send, ok)
+        except Exception:  # noqa: BLE001
+            log.exception("the SMS provider's health could not be recorded")
+
+    async def drain(self) -> None:
+        """Wait for the sends under way (shutdown, tests)."""
+        while self.sending:
+            await asyncio.gather(*list(self.sending), return_exceptions=True)
 
     async def verify(self, call, phone_text: str, code_text: str) -> tuple[str, str]:
         """(account id, canonical phone) for a right code, else the refusal."""

@@ -21,6 +21,7 @@ import unicodedata
 import orjson
 import redis
 
+from upgate.i18n import numbers
 from upgate.billing import jalali, money
 from upgate.store import connection as store, keyspace, lua_library
 from upgate.services.account_rules import (AccountError, BalanceOutOfRange, InvalidAmount, UnknownAccount,
@@ -196,7 +197,7 @@ def credit(client, acct: str, kind: str, amount_micro: int, *, ref: str | None =
     if code == 4:
         first = decode(acct, raw)
         raise IdempotencyConflict(
-            f"ref {ref!r} was already used for a {first['kind']} of {first['amount_toman']} toman "
+            f"ref {ref!r} was already used for a {first['kind']} of {numbers.exact_toman(first['amount_toman'])} toman "
             f"({first['id']}); nothing was changed")
     if code == 5:
         raise UnknownOrder(f"unknown order {order_id}")
@@ -232,8 +233,8 @@ def topup(client, account_id: str, amount_text, *, ref: str | None = None, note:
     micro = _amount(amount_text)
     ref, note = check_ref(ref), check_note(note)
     acct = normalize_id(account_id)
-    return credit(client, acct, "topup" if micro > 0 else "adjustment", micro, ref=ref, note=note,
-                  actor=actor)
+    return _audited(client, credit(client, acct, "topup" if micro > 0 else "adjustment", micro, ref=ref,
+                                   note=note, actor=actor), actor, ref)
 
 
 def adjust(client, account_id: str, amount_text, *, note: str, ref: str | None = None,
@@ -242,7 +243,24 @@ def adjust(client, account_id: str, amount_text, *, note: str, ref: str | None =
     micro = _amount(amount_text)
     ref, note = check_ref(ref), check_note(note, required=True)
     acct = normalize_id(account_id)
-    return credit(client, acct, "adjustment", micro, ref=ref, note=note, actor=actor)
+    return _audited(client, credit(client, acct, "adjustment", micro, ref=ref, note=note, actor=actor), actor, ref)
+
+
+def _audited(client, result: dict, actor: str, ref: str | None) -> dict:
+    """The operator's top-up or adjustment in the admin log: the balance before and after, or a
+    replay (the same ref again: nothing changed, not a second top-up)."""
+    from upgate.services import admin_log
+
+    tx = result["transaction"]
+    after = money.parse_toman(result["balance_toman"], allow_negative=True)
+    amount = money.parse_toman(tx["amount_toman"], allow_negative=True)
+    changed = not result["replayed"]
+    admin_log.record(client, actor, "account.topup" if tx["kind"] == "topup" else "account.adjust",
+                     tx["account_id"], {"amount_toman": tx["amount_toman"], "ref": ref, "transaction_id": tx["id"]},
+                     before={"balance_toman": money.fmt(after - amount)} if changed else None,
+                     after={"balance_toman": result["balance_toman"]} if changed else None,
+                     replay=result["replayed"], note=tx["note"])
+    return result
 
 
 def migrate(client, account_id: str) -> None:

@@ -80,6 +80,11 @@ def refs(account_id: str) -> str:
     return tag(account_id) + ":refs"
 
 
+def notes(account_id: str) -> str:
+    """List, newest first: the support desk's notes on the account (services/notes.py)."""
+    return tag(account_id) + ":notes"
+
+
 def requests(account_id: str) -> str:
     """Sorted set: the account's request records (compact JSON, no content) scored by time, ms."""
     return tag(account_id) + REQS
@@ -315,6 +320,17 @@ def payment_authority(gateway: str, authority: str) -> str:
 
 
 PAYMENTS_ALL = "{payments}:orders"  # zset "<account>|<order>" → created ms (operator listing)
+def payment_asks(account_id: str) -> str:
+    """Sorted set: this account's gateway calls of the last hour (ms): orders started and
+    returns from the bank verified (payments/bounds.py)."""
+    return tag(account_id) + ":payment_asks"
+
+
+def payment_asks_from(address: str) -> str:
+    """Sorted set: the gateway calls of the last hour caused from one client address (ms)."""
+    return "{payasks:" + address + "}:sent"
+
+
 PAYMENTS_OPEN = "{payments}:open"  # zset "<account>|<order>" → created ms: the reconciler's to-do
 PAYMENTS_LOCK = "{payments}:reconcile_lock"  # string: which node reconciles this minute
 
@@ -358,6 +374,12 @@ def signin_sent(phone: str) -> str:
 def signin_address(address: str) -> str:
     """Sorted set: when each code of the last hour was asked for from this client address (ms)."""
     return "{signin:" + address + "}:sent"
+
+
+def sms_health() -> str:
+    """Hash, with a TTL: the SMS provider's recent failed sends in a row (`failures`) and, while
+    it counts as failing, until when (`until_ms`): every node says "SMS is unavailable" alike."""
+    return "sms:health"
 
 
 def dash_session(session_hash: str) -> str:

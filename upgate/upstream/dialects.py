@@ -19,17 +19,20 @@ from typing import Any
 
 import orjson
 
-from upgate.upstream import anthropic
+from upgate.upstream import anthropic, responses
 from upgate.upstream.sse import SSEParser
 
 DIALECTS = ("openrouter", "openai", "anthropic")
-GENERATING = ("chat/completions", "completions")  # the routes that stream and take usage options
+GENERATING = ("chat/completions", "completions")
+RESPONSES = "responses"  # the wire of a provider with `responses = true`, for a Responses client  # the routes that stream and take usage options
 
 
 def prepare_body(body: dict, dialect: str, upstream_model: str, stream_upstream: bool,
                  path: str = "chat/completions") -> bytes:
     """The JSON bytes to POST to `path` (relative to the provider's base URL). `body` itself is
     left untouched (fallback reuses it)."""
+    if dialect == RESPONSES:  # a Responses client's own body, to a provider that speaks it
+        return orjson.dumps(responses.request_body(body, upstream_model, stream_upstream))
     if dialect not in DIALECTS:
         raise ValueError(f"unknown dialect {dialect!r}")
     if dialect == "anthropic":
@@ -74,9 +77,13 @@ def request_headers(dialect: str, headers: dict[str, str]) -> dict[str, str]:
 
 def stream_parser(dialect: str):
     """The parser of a provider's stream: `.feed(bytes)` → chat-chunk payloads (and [DONE])."""
+    if dialect == RESPONSES:
+        return responses.StreamParser()
     return anthropic.StreamParser() if dialect == "anthropic" else SSEParser()
 
 
 def decode_answer(dialect: str, raw: bytes):
     """A provider's JSON answer as a chat answer (ValueError when it is not JSON)."""
+    if dialect == RESPONSES:
+        return responses.chat_answer(raw)
     return anthropic.chat_answer(raw) if dialect == "anthropic" else orjson.loads(raw)

@@ -7,6 +7,7 @@ api_key_env = "OPENROUTER_API_KEY"          # the key itself stays in the enviro
                                             # ["KEY_A", "KEY_B"] is a key pool (docs/routes.md)
 dialect = "openrouter"                      # or "openai"
 bill_by = "provider_cost"                   # optional; default "tokens" (docs/prices.md)
+responses = true                            # optional: it serves POST /v1/responses (docs/client-guide.md)
 ```
 
 The `anthropic` dialect speaks the Messages API (upstream/anthropic.py; its base_url ends in
@@ -29,7 +30,7 @@ from upgate.upstream.dialects import DIALECTS
 
 log = logging.getLogger("upgate.upstream")
 
-_KNOWN_KEYS = frozenset(("base_url", "api_key_env", "dialect", "bill_by"))
+_KNOWN_KEYS = frozenset(("base_url", "api_key_env", "dialect", "bill_by", "responses"))
 # "tokens": the catalog's token prices. "provider_cost": the cost the provider reports per
 # request (usage.cost, USD) × the rate and markup of the provider's last `models sync`.
 BILL_BY = ("tokens", "provider_cost")
@@ -47,6 +48,7 @@ class Provider:
     dialect: str
     available: bool
     bill_by: str = "tokens"
+    responses: bool = False  # it serves POST /v1/responses: a Responses request goes to it as sent
     # a key pool: (variable name, key) of every set variable, in the file's order; () = one key
     keys: tuple[tuple[str, str], ...] = field(default=(), repr=False)
     pooled: bool = field(init=False, compare=False)  # two or more keys (read on every request)
@@ -109,6 +111,9 @@ def _provider(path, name: str, conf: object, env: Mapping[str, str]) -> Provider
     bill_by = conf.get("bill_by", "tokens")
     if bill_by not in BILL_BY:
         raise ProvidersError(f"{where} bill_by must be one of: {', '.join(BILL_BY)}; got {bill_by!r}")
+    responses = conf.get("responses", False)
+    if not isinstance(responses, bool) or (responses and dialect == "anthropic"):
+        raise ProvidersError(f"{where} responses must be true or false (and false for the anthropic dialect)")
     key_env = conf.get("api_key_env")
     api_key = None
     available = True
@@ -133,4 +138,4 @@ def _provider(path, name: str, conf: object, env: Mapping[str, str]) -> Provider
             log.warning("provider %s disabled: environment variable %s is not set", name, key_env)
             available = False
     return Provider(name=name, base_url=base_url, api_key=api_key, dialect=dialect,
-                    available=available, bill_by=bill_by, keys=keys)
+                    available=available, bill_by=bill_by, keys=keys, responses=responses)

@@ -243,13 +243,13 @@ def test_a_key_made_over_http_works_on_v1_and_delete_revokes_it_at_once(api, nod
     acct = api.account()
     resp = api.post(f"/accounts/{acct['id']}/keys",
                     json={"name": "web", "monthly_limit_toman": "200", "rate_limit_rpm": 120,
-                          "allowed_models": ["mock/chat-1"], "expires_at": "2099-01-01T00:00:00Z"})
+                          "allowed_models": ["mock/chat-1"], "expires_at": "2035-01-01T00:00:00Z"})
     assert resp.status_code == 201, resp.text
     made = resp.json()
     key = made.pop("key")
     assert key.startswith("sk-up-") and made["prefix"] == key[:10] and made["last4"] == key[-4:]
     assert made["status"] == made["state"] == "active" and made["rpm"] == 120
-    assert made["monthly_limit_toman"] == "200.000000" and made["expires_at"] == "2099-01-01T00:00:00Z"
+    assert made["monthly_limit_toman"] == "200.000000" and made["expires_at"] == "2035-01-01T00:00:00Z"
     assert api.get(f"/keys/{made['key_id']}").json() == made
     assert chat(node, key).status_code == 200
     listed = api.get(f"/accounts/{acct['id']}/keys").json()["data"]

@@ -1,7 +1,7 @@
 """/admin/v1/accounts: create, list (cursor pages, ?phone=), get, patch, suspend, resume."""
 from __future__ import annotations
 
-from upgate.services import accounts, phone_change, transactions
+from upgate.services import account_list, accounts, notes, phone_change, transactions
 from upgate.errors import GatewayError
 from upgate.handlers.admin.base import AdminHandler, field
 from upgate.handlers.admin.spec import AMOUNT_IN, Op, nullable, obj, ref
@@ -23,7 +23,9 @@ class AccountsHandler(_Base):
                   obj({"data": {"type": "array", "items": ref("Account")},
                        "next_cursor": nullable({"type": "string"})}),
                   query={"phone": {"type": "string"}, "cursor": {"type": "string"},
-                         "limit": {"type": "integer", "minimum": 1, "maximum": accounts.PAGE_MAX}}),
+                         "limit": {"type": "integer", "minimum": 1, "maximum": accounts.PAGE_MAX},
+                         "format": {"enum": ["json", "csv"]}},
+                  produces=("application/json", "text/csv")),
     }
 
     async def post(self) -> None:
@@ -39,6 +41,18 @@ class AccountsHandler(_Base):
         self.write_json(made, 201)
 
     async def get(self) -> None:
+        fmt = self.get_query_argument("format", "json")
+        if fmt not in ("json", "csv"):
+            raise GatewayError("invalid_request", "format must be json or csv.", param="format")
+        if fmt == "csv":  # every account of the filter (at most account_list.SCAN_MAX), not one page
+            phone = self.get_query_argument("phone", None)
+            if phone is not None:
+                with field("phone", parsing=True):
+                    phone = accounts.check_phone(phone)
+            text = await self.call(account_list.export_csv, self.quota, q=phone or "")
+            self.set_header("Content-Type", "text/csv; charset=utf-8")
+            self.finish(text.encode())
+            return
         limit = self.int_query("limit", 50, 1, accounts.PAGE_MAX)
         self.write_json(await self.call(accounts.objects_page, self.quota, phone=self.get_query_argument("phone", None),
                                         cursor=self.get_query_argument("cursor", None), limit=limit))
@@ -86,23 +100,49 @@ class AccountHandler(_Base):
             self.write_json(await self.call(accounts.get, account_id, self.quota))
 
 
+_REASON = obj({"reason": {"type": "string", "maxLength": accounts.MAX_REASON}}, required=[])
+
+
 class SuspendHandler(_Base):
     PATH = "/admin/v1/accounts/{id}/suspend"
-    OPS = {"post": Op("Suspend: every key of the account gets 403 account_suspended from the next request.",
-                      ref("Account"))}
+    OPS = {"post": Op("Suspend: every key of the account gets 403 account_suspended from the next request. "
+                      "The optional reason goes into the audit log and the account.suspended webhook.",
+                      ref("Account"), body=_REASON)}
+    SUSPEND = True
 
     async def post(self, account_id: str) -> None:
-        self.json_body(())
-        self.write_json((await self.call(accounts.set_status, account_id, True, self.quota))[0])
+        body = self.json_body(("reason",))
+        reason = self.text(body, "reason", accounts.MAX_REASON)
+        obj_, _changed = await self.call(accounts.set_status, account_id, self.SUSPEND, self.quota,
+                                         reason=reason, actor=self.actor)
+        self.write_json(obj_)
 
 
-class ResumeHandler(_Base):
+class ResumeHandler(SuspendHandler):
     PATH = "/admin/v1/accounts/{id}/resume"
-    OPS = {"post": Op("Lift a suspension.", ref("Account"))}
+    OPS = {"post": Op("Lift a suspension (the optional reason: in the audit log and the account.resumed "
+                      "webhook).", ref("Account"), body=_REASON)}
+    SUSPEND = False
+
+
+class NotesHandler(_Base):
+    PATH = "/admin/v1/accounts/{id}/notes"
+    _NOTE = obj({"id": {"type": "string"}, "ts": {"type": "string"}, "actor": {"type": "string"},
+                 "text": {"type": "string"}})
+    OPS = {
+        "post": Op("Add a note to the account (who and when are recorded; never shown to the account holder).",
+                   _NOTE, status=201, body=obj({"text": {"type": "string", "maxLength": notes.MAX_TEXT}},
+                                               required=["text"])),
+        "get": Op("The account's notes, newest first.", obj({"data": {"type": "array", "items": _NOTE}})),
+    }
 
     async def post(self, account_id: str) -> None:
-        self.json_body(())
-        self.write_json((await self.call(accounts.set_status, account_id, False, self.quota))[0])
+        body = self.json_body(("text",), required=("text",))
+        self.write_json(await self.call(notes.add, account_id, self.text(body, "text", notes.MAX_TEXT),
+                                        actor=self.actor), 201)
+
+    async def get(self, account_id: str) -> None:
+        self.write_json({"data": await self.call(notes.list_notes, account_id)})
 
 
-HANDLERS = [AccountsHandler, AccountHandler, SuspendHandler, ResumeHandler]
+HANDLERS = [AccountsHandler, AccountHandler, SuspendHandler, ResumeHandler, NotesHandler]

@@ -188,7 +188,7 @@ class AdminHandler(NoStore, BaseHandler):
         action = f"{self.request.method} {self.PATH}"
         target = self.log_target or (args[0] if args else None)
         try:
-            await self.call(admin_log.record, self.actor, action, target, self.log_detail)
+            await self.call(admin_log.face_record, self.actor, action, target, self.log_detail)
         except Exception as e:  # the store went away between the write and its log entry
             log.warning("admin write by %s not recorded in the admin log: %s %s (%s)", self.actor,
                         action, args[0] if args else "", type(e).__name__)

@@ -3,10 +3,10 @@ the monthly statement (JSON or CSV), request records. The rules are the money se
 (upgate/services/transactions.py, statements.py, records.py); this file parses and renders."""
 from __future__ import annotations
 
-from upgate.services import records, statements, transactions
+from upgate.services import records, request_search, statements, transactions
 from upgate.errors import GatewayError
 from upgate.handlers.admin.base import AdminHandler, field
-from upgate.handlers.admin.spec import AMOUNT_IN, JMONTH, Op, data_of, obj, ref
+from upgate.handlers.admin.spec import AMOUNT_IN, JDAY, JMONTH, Op, data_of, nullable, obj, ref
 
 _RESULT = ref("TransactionResult")
 _REF = {"type": "string", "maxLength": 128}
@@ -144,5 +144,36 @@ class RequestHandler(AdminHandler):
         self.write_json(record)
 
 
+class RequestSearchHandler(AdminHandler):
+    PATH = "/admin/v1/requests"
+    OPS = {"get": Op("Requests across every account, settled and refused, newest first: by Jalali period "
+                     "(from/to, default today, at most 31 days), model, key (a key id), status (HTTP) and "
+                     "code (\"ok\" = none). Bounded: `capped` says the period held more than one search reads. "
+                     "CSV with ?format=csv.",
+                     obj({"data": {"type": "array", "items": ref("RequestRecord")},
+                          "next_cursor": nullable({"type": "string"}), "searched": {"type": "integer"},
+                          "capped": {"type": "boolean"}, "from": JDAY, "to": JDAY}),
+                     query={"from": JDAY, "to": JDAY, "model": {"type": "string"}, "key": {"type": "string"},
+                            "status": {"type": "integer"}, "code": {"type": "string"},
+                            "limit": {"type": "integer", "minimum": 1, "maximum": request_search.PAGE_MAX},
+                            "cursor": {"type": "string"}, "format": {"enum": ["json", "csv"]}},
+                     produces=("application/json", "text/csv"))}
+
+    async def get(self) -> None:
+        fmt = self.get_query_argument("format", "json")
+        if fmt not in ("json", "csv"):
+            raise GatewayError("invalid_request", "format must be json or csv.", param="format")
+        arg = self.get_query_argument
+        found = await self.call(request_search.search, start=arg("from", None), end=arg("to", None),
+                                model=arg("model", None), key=arg("key", None), status=arg("status", None),
+                                code=arg("code", None), limit=self.int_query("limit", 50, 1, request_search.PAGE_MAX),
+                                cursor=arg("cursor", None))
+        if fmt == "csv":
+            self.set_header("Content-Type", "text/csv; charset=utf-8")
+            self.finish(request_search.to_csv(found).encode())
+            return
+        self.write_json(found)
+
+
 HANDLERS = [TopupsHandler, AdjustmentsHandler, TransactionsHandler, StatementHandler,
-            AccountRequestsHandler, RequestHandler]
+            AccountRequestsHandler, RequestHandler, RequestSearchHandler]

@@ -87,8 +87,13 @@ COMPONENTS = {
                   "upstream_model": {"type": "string"}, "priority": {"type": "integer"},
                   "weight": {"type": "integer"}, "state": {"enum": ["healthy", "cold"]},
                   "cold_until": nullable(TIME), "failures": {"type": "integer"}}),
-    "AuditEntry": obj({"time": TIME, "actor": {"type": "string"}, "action": {"type": "string"},
-                       "target": nullable({"type": "string"}), "detail": {"type": "object"}}),
+    "AuditEntry": obj({"id": {"type": "string"}, "ts": TIME, "actor": {"type": "string"},
+                       "action": {"type": "string"},
+                       "object": obj({"type": {"type": "string"}, "id": nullable({"type": "string"})}),
+                       "account": nullable({"type": "string"}), "before": nullable({"type": "object"}),
+                       "after": nullable({"type": "object"}), "replay": {"type": "boolean"},
+                       "note": nullable({"type": "string"}), "detail": {"type": "object"},
+                       "time": TIME, "target": nullable({"type": "string"})}),
 }
 
 READ_VERBS = ("get", "head")

@@ -1,0 +1,160 @@
+"""A provider that speaks the Responses API (providers file: `responses = true`): a client's
+Responses request goes to its /v1/responses as the client sent it (the model renamed, `store`
+false: the gateway keeps nothing and asks nothing kept), and its answer and events are read
+back here as chat completions, which the proxy settles by and the client's encoder
+(upgate/responses/) renders again. Usage: input_tokens (cached inside, as in chat) and
+output_tokens (reasoning inside), as the settlement reads them.
+"""
+from __future__ import annotations
+
+import time
+
+import orjson
+
+from upgate.upstream.sse import SSEParser
+
+PATH = "responses"
+
+
+def request_body(body: dict, upstream_model: str, stream: bool) -> dict:
+    original = getattr(body, "original", None)
+    out = dict(original) if isinstance(original, dict) else dict(body)
+    out["model"] = upstream_model
+    out["stream"] = stream
+    out["store"] = False
+    return out
+
+
+def chat_usage(u) -> dict | None:
+    if not isinstance(u, dict):
+        return None
+    n = {k: (u.get(k) if type(u.get(k)) is int and u.get(k) >= 0 else 0) for k in ("input_tokens", "output_tokens")}
+    details = u.get("input_tokens_details") if isinstance(u.get("input_tokens_details"), dict) else {}
+    out_details = u.get("output_tokens_details") if isinstance(u.get("output_tokens_details"), dict) else {}
+    cached = details.get("cached_tokens") if type(details.get("cached_tokens")) is int else 0
+    reasoning = out_details.get("reasoning_tokens") if type(out_details.get("reasoning_tokens")) is int else 0
+    return {"prompt_tokens": n["input_tokens"], "completion_tokens": n["output_tokens"],
+            "total_tokens": n["input_tokens"] + n["output_tokens"],
+            "prompt_tokens_details": {"cached_tokens": cached},
+            "completion_tokens_details": {"reasoning_tokens": reasoning}}
+
+
+def _finish(response: dict, calls: bool) -> str:
+    if response.get("status") == "incomplete":
+        reason = (response.get("incomplete_details") or {}).get("reason")
+        return "content_filter" if reason == "content_filter" else "length"
+    return "tool_calls" if calls else "stop"
+
+
+def _call(item: dict) -> dict | None:
+    if item.get("type") == "function_call":
+        args = item.get("arguments") if isinstance(item.get("arguments"), str) else ""
+    elif item.get("type") == "custom_tool_call":
+        args = orjson.dumps({"input": item.get("input") if isinstance(item.get("input"), str) else ""}).decode()
+    else:
+        return None
+    return {"id": item.get("call_id") or "", "type": "function", "function": {"name": item.get("name") or "",
+                                                                          "arguments": args}}
+
+
+def chat_answer(raw: bytes):
+    """A Response (or an error body) as a `chat.completion`."""
+    resp = orjson.loads(raw)
+    if not isinstance(resp, dict) or isinstance(resp.get("error"), dict):
+        return resp
+    text, calls, reasoning = [], [], []
+    for item in resp.get("output") or ():
+        if not isinstance(item, dict):
+            continue
+        if item.get("type") == "message":
+            text += [p.get("text") or "" for p in item.get("content") or () if isinstance(p, dict)
+                     and p.get("type") == "output_text"]
+        elif item.get("type") == "reasoning":
+            reasoning += [p.get("text") or "" for p in item.get("summary") or () if isinstance(p, dict)]
+        elif (call := _call(item)) is not None:
+            calls.append(call)
+    message: dict = {"role": "assistant", "content": "".join(text) if text or not calls else None}
+    if calls:
+        message["tool_calls"] = calls
+    if reasoning:
+        message["reasoning"] = "".join(reasoning)
+    out = {"id": resp.get("id") or "", "object": "chat.completion", "created": int(time.time()),
+           "model": resp.get("model") or "",
+           "choices": [{"index": 0, "message": message, "finish_reason": _finish(resp, bool(calls))}]}
+    usage = chat_usage(resp.get("usage"))
+    if usage is not None:
+        out["usage"] = usage
+    return out
+
+
+class StreamParser:
+    """Feed a Responses SSE stream's bytes; get chat-chunk payloads, `[DONE]` after the
+    response's last event (completed, incomplete or failed)."""
+
+    def __init__(self) -> None:
+        self._sse = SSEParser()
+        self._id, self._model = "", ""
+        self._calls: dict[str, int] = {}  # item id → chat tool call index
+        self._custom: dict[str, list[str]] = {}  # a custom tool call's input, by item id
+
+    def feed(self, data: bytes) -> list[bytes]:
+        out = []
+        for payload in self._sse.feed(data):
+            try:
+                ev = orjson.loads(payload)
+            except orjson.JSONDecodeError:
+                out.append(payload)  # the relay treats it as malformed
+                continue
+            if isinstance(ev, dict):
+                out.extend(self._event(ev))
+        return out
+
+    def _chunk(self, delta: dict | None, finish: str | None = None, usage: dict | None = None) -> bytes:
+        obj = {"id": self._id, "object": "chat.completion.chunk", "created": int(time.time()), "model": self._model,
+               "choices": [] if delta is None else [{"index": 0, "delta": delta, "finish_reason": finish}]}
+        if usage is not None:
+            obj["usage"] = usage
+        return orjson.dumps(obj)
+
+    def _event(self, ev: dict) -> list[bytes]:
+        kind = ev.get("type")
+        if kind == "response.created":
+            resp = ev.get("response") if isinstance(ev.get("response"), dict) else {}
+            self._id, self._model = resp.get("id") or "", resp.get("model") or ""
+            return [self._chunk({"role": "assistant", "content": ""})]
+        if kind == "response.output_text.delta":
+            return [self._chunk({"content": ev.get("delta") or ""})]
+        if kind == "response.reasoning_summary_text.delta":
+            return [self._chunk({"reasoning": ev.get("delta") or ""})]
+        if kind == "response.output_item.added":
+            item = ev.get("item") if isinstance(ev.get("item"), dict) else {}
+            if item.get("type") in ("function_call", "custom_tool_call"):
+                index = self._calls[item.get("id") or ""] = len(self._calls)
+                if item.get("type") == "custom_tool_call":
+                    self._custom[item.get("id") or ""] = []
+                return [self._chunk({"tool_calls": [{"index": index, "id": item.get("call_id") or "", "type": "function",
+                                                     "function": {"name": item.get("name") or "", "arguments": ""}}]})]
+            return []
+        if kind == "response.function_call_arguments.delta" and ev.get("item_id") in self._calls:
+            return [self._chunk({"tool_calls": [{"index": self._calls[ev["item_id"]],
+                                                 "function": {"arguments": ev.get("delta") or ""}}]})]
+        if kind == "response.custom_tool_call_input.delta" and ev.get("item_id") in self._custom:
+            self._custom[ev["item_id"]].append(ev.get("delta") or "")
+            return []
+        if kind == "response.output_item.done":
+            item = ev.get("item") if isinstance(ev.get("item"), dict) else {}
+            if item.get("id") in self._custom:  # a custom call's input, whole, as its one argument
+                raw = item.get("input") if isinstance(item.get("input"), str) else "".join(self._custom[item["id"]])
+                return [self._chunk({"tool_calls": [{"index": self._calls[item["id"]], "function": {
+                    "arguments": orjson.dumps({"input": raw}).decode()}}]})]
+            return []
+        if kind in ("response.completed", "response.incomplete"):
+            resp = ev.get("response") if isinstance(ev.get("response"), dict) else {}
+            return [self._chunk({}, _finish(resp, bool(self._calls))),
+                    self._chunk(None, usage=chat_usage(resp.get("usage")) or {}), b"[DONE]"]
+        if kind in ("response.failed", "error"):
+            resp = ev.get("response") if isinstance(ev.get("response"), dict) else {}
+            err = resp.get("error") if isinstance(resp.get("error"), dict) else ev
+            return [orjson.dumps({"error": {"message": err.get("message") or "The provider's response failed.",
+                                            "code": err.get("code")}})]
+        return []
