@@ -41,13 +41,21 @@ def _installed(root: Path) -> bool:
 
 def install() -> Path:
     """The prefix, with every pinned package at its version (installed when missing)."""
+    import fcntl
+
     root = prefix()
     if _installed(root):
         return root
     root.mkdir(parents=True, exist_ok=True)
-    specs = [f"{name}@{version}" for name, version in versions().items()]
-    subprocess.run(["npm", "install", "--prefix", str(root), "--no-audit", "--no-fund", "--no-save",
-                    "--loglevel=error", *specs], check=True, timeout=900)
+    # one install at a time: the suite's parallel workers (tests/parallel.py) may all find the
+    # prefix empty at once, and two npm installs into one prefix break each other
+    with open(root.parent / f"{root.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if _installed(root):
+            return root
+        specs = [f"{name}@{version}" for name, version in versions().items()]
+        subprocess.run(["npm", "install", "--prefix", str(root), "--no-audit", "--no-fund", "--no-save",
+                        "--loglevel=error", *specs], check=True, timeout=900)
     if not _installed(root):
         raise RuntimeError(f"npm did not install {specs} into {root}")
     return root
