@@ -20,11 +20,29 @@
     ARGV[6]  its suffix "" / "}:"
     ARGV[7]  an account key's prefix "{a:"; ARGV[8] the records list's suffix "}:rq";
     ARGV[9]  the wallet's suffix "}:wallet"; ARGV[10] the refused records list's suffix "}:rf"
+    ARGV[11] a single Redis: the nodes' published retention (zset upgate:request_log_days, member
+             "days"): the days looked in go back that far too, when it is longer than ARGV[4]'s
 
   Output: {1, account key, stored record} | {2, "<account>|<time ms>"} (an old index entry)
           | false when no index of this node has it
 ]]
 local rid, rid_text, tags, days, prefix, suffix = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
+if ARGV[11] and ARGV[11] ~= '' then -- (days: newest first, one day ahead and one behind the retention)
+  local published = tonumber(rcall('ZSCORE', ARGV[11], 'days')) or 0
+  local list = {}
+  for d in string.gmatch(days, '[^,]+') do
+    list[#list + 1] = tonumber(d)
+  end
+  local oldest = list[1] - 1 - published - 1
+  local have = list[#list]
+  for d = have - 1, oldest, -1 do
+    list[#list + 1] = d
+  end
+  for i = 1, #list do
+    list[i] = istr(list[i])
+  end
+  days = table.concat(list, ',')
+end
 
 local function account_text(k)
   if #k ~= 16 then

@@ -173,31 +173,32 @@ def find(client, request_id: str, *, keep_days: int | None = None) -> dict:
     raise UnknownRequest(f"no record of request {rid} (never made, or older than the retention)")
 
 
-def _days(client, keep_days: int | None) -> list[str]:
+def _days(keep_days: int, published: int = 0) -> list[str]:
     """The UTC day numbers an index entry kept now can be filed under (newest first): back as far
-    as the longest retention of this reader (`keep_days`, default UPGATE_REQUEST_LOG_DAYS) and of
-    every node that has served on this store (keyspace.REQUEST_LOG_DAYS), whichever is longer."""
+    as the longest retention of this reader (`keep_days`) and of every node that has served on
+    this store (`published`: keyspace.REQUEST_LOG_DAYS), whichever is longer."""
     import time
 
-    if keep_days is None:
-        from upgate.settings import from_env
-
-        keep_days = from_env().request_log_days
-    published = client.zscore(keyspace.REQUEST_LOG_DAYS, "days")
-    keep_days = max(keep_days, int(published or 0))
+    keep_days = max(keep_days, published)
     today = int(time.time() * 1000) // DAY_MS
     return [str(d) for d in range(today + 1, today - keep_days - 2, -1)]
 
 
 def _lookup(client, rid: str, keep_days: int | None = None):
-    """request_get.lua's answer for the id: [1, account key, record], [2, old index entry] or None."""
-    days = ",".join(_days(client, keep_days))
+    """request_get.lua's answer for the id: [1, account key, record], [2, old index entry] or None.
+    On a single Redis ONE call: the script reads the nodes' published retention itself."""
+    if keep_days is None:
+        from upgate.settings import from_env
+
+        keep_days = from_env().request_log_days
     script = store.script("request_get")
     tail = (keyspace.tag("")[:-1], "}" + keyspace.REQS, "}" + keyspace.WALLET, "}" + keyspace.REFUSED)
     key = request_record.rid_key(rid)
     if not isinstance(client, redis.RedisCluster):
-        call = script.command((), (key, rid, "", days, keyspace.REQ_INDEX, "", *tail))
+        days = ",".join(_days(keep_days))
+        call = script.command((), (key, rid, "", days, keyspace.REQ_INDEX, "", *tail, keyspace.REQUEST_LOG_DAYS))
         return lua_library.call_sync(client, lambda: client.execute_command(*call)) or None
+    days = ",".join(_days(keep_days, int(client.zscore(keyspace.REQUEST_LOG_DAYS, "days") or 0)))
     groups: dict[str, tuple[object, list[str]]] = {}
     for slot_no in range(keyspace.SLOTS):
         node = client.get_node_from_key(keyspace.REQ_SHARD[0] + keyspace.slot_tag(slot_no) + "}")
