@@ -74,6 +74,7 @@ def _alike(answers, k, u) -> None:
     assert abs(k - u) < SAME_TIME_S, (k, u)
 
 
+@pytest.mark.serial  # it measures time: nothing else may run meanwhile (tests/parallel.py)
 def test_a_fresh_node_with_a_working_provider(make_node, redis_url, fake):
     answers, k, u = _pairs(_node(make_node, fake), redis_url, 1)
     _alike(answers, k, u)
@@ -81,6 +82,7 @@ def test_a_fresh_node_with_a_working_provider(make_node, redis_url, fake):
     wait_for(lambda: len(fake.requests) == PAIRS, 10, "the known phones' texts")  # sent all the same
 
 
+@pytest.mark.serial  # it measures time: nothing else may run meanwhile (tests/parallel.py)
 def test_a_provider_that_hangs(make_node, redis_url, fake):
     fake.answer, fake.slow_s = "slow", 30.0  # past the driver's 10 s timeout
     answers, k, u = _pairs(_node(make_node, fake), redis_url, 2)
@@ -88,6 +90,7 @@ def test_a_provider_that_hangs(make_node, redis_url, fake):
     assert {a[0][0] for a in answers} == {200} and k < 1.0
 
 
+@pytest.mark.serial  # it measures time: nothing else may run meanwhile (tests/parallel.py)
 def test_a_provider_that_fails(make_node, redis_url, fake):
     """Every send fails: the first answers are the code form for both; once the health in Redis
     says failing, "SMS is unavailable" (503) for both. Each pair is asked in one state."""

@@ -104,7 +104,7 @@ def search(client, *, start: str | None = None, end: str | None = None, model: s
         if budget <= 0:
             break
         entries += [(ms, acct, raw) for acct, raw, ms in
-                    records.account_window(client, busy[i:i + BATCH], lo, hi, min(per_account, budget))]
+                    records.account_window_raw(client, busy[i:i + BATCH], lo, hi, min(per_account, budget))]
     found: list[tuple[int, dict]] = []
     for ms, rec in _newest_first(entries):
         if after is not None and (ms, rec["request_id"]) >= after:
