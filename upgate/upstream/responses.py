@@ -16,13 +16,33 @@ from upgate.upstream.sse import SSEParser
 PATH = "responses"
 
 
+_BILLED_TOOLS = ("function", "custom", "namespace")  # what the hold and the charge account for
+
+
 def request_body(body: dict, upstream_model: str, stream: bool) -> dict:
     original = getattr(body, "original", None)
     out = dict(original) if isinstance(original, dict) else dict(body)
     out["model"] = upstream_model
     out["stream"] = stream
     out["store"] = False
+    if isinstance(out.get("tools"), list):
+        # built-in tools (web_search, image_generation, code_interpreter, …) are billed by the
+        # provider per call, which no hold or charge here counts: left out, as on a translated
+        # route, and named in X-Svc-Dropped-Tools (upgate/handlers/responses.py)
+        out["tools"] = [_served(t) for t in out["tools"]
+                        if isinstance(t, dict) and t.get("type") in _BILLED_TOOLS]
+        if not out["tools"]:
+            del out["tools"]
+        choice = out.get("tool_choice")
+        if isinstance(choice, dict) and choice.get("type") not in ("function", "custom", "allowed_tools"):
+            out["tool_choice"] = "auto"
     return out
+
+
+def _served(tool: dict) -> dict:
+    if tool.get("type") == "namespace" and isinstance(tool.get("tools"), list):
+        return {**tool, "tools": [t for t in tool["tools"] if isinstance(t, dict) and t.get("type") in _BILLED_TOOLS]}
+    return tool
 
 
 def chat_usage(u) -> dict | None:
