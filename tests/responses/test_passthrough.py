@@ -90,3 +90,14 @@ def test_a_provider_error_is_the_spec_s(resp_node, funded, mock):
     with pytest.raises(openai.RateLimitError) as info:
         client(resp_node, funded[0]).responses.create(model="native/resp-1", input="x")
     assert info.value.code == "upstream_rate_limited"
+
+
+def test_the_dropped_tools_header_stays_small(resp_node, funded, mock):
+    """512 distinct built-in tool types are named 16 at most: a reverse proxy's header buffer
+    (4–8 KB by default) would turn a 33 KB header into its own 502."""
+    tools = [{"type": f"builtin_{i:03d}_" + "x" * 50} for i in range(512)]
+    r = httpx.post(resp_node.base + "/responses", headers={"Authorization": f"Bearer {funded[0]}"},
+                   json={"model": "native/resp-1", "input": "x", "tools": tools})
+    assert r.status_code == 200
+    shown = r.headers["X-Svc-Dropped-Tools"]
+    assert len(shown) < 1200 and shown.startswith("builtin_000_") and shown.endswith(", ...")
