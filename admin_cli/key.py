@@ -8,7 +8,6 @@ import click
 
 from admin_cli.account import refusals
 from admin_cli.output import Refused, emit, json_mode, json_option, kv_table, table, warn
-from upgate.catalog import store as catalog_store
 from upgate.services import accounts, keys
 
 
@@ -40,11 +39,7 @@ def _warn_unknown_models(client, models: list[str] | None) -> None:
     later. Say so when one is not in the catalog in force."""
     if not models:
         return
-    version, _updated, items = catalog_store.read(client)
-    if version is None:
-        return
-    known = {m.id for m in items}
-    missing = [m for m in models if m not in known]
+    _resolved, missing = keys.catalog_models(client, models)  # the one rule (aliases, patterns)
     if missing:
         warn("not in the catalog in force (allowed anyway): " + ", ".join(missing))
 

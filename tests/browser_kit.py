@@ -51,6 +51,8 @@ LAYOUT_MEASURE = """(width) => {
   for (const e of document.querySelectorAll('body *')) {
     const s = getComputedStyle(e);
     if (s.display === 'none' || s.visibility === 'hidden' || e.closest('svg') || e.closest('.skip')) continue;
+    const head = e.closest('thead');  // a table read as cards keeps its headings for screen readers only
+    if (head && head.getBoundingClientRect().width <= 1) continue;
     const r = e.getBoundingClientRect();
     if (!r.width && !r.height) continue;
     if ((s.overflowX === 'hidden' || s.overflowX === 'clip' || s.textOverflow === 'ellipsis') &&

@@ -49,6 +49,11 @@ def test_a_402_is_found_by_its_id_by_the_operator_and_its_own_customer_only(node
     with pytest.raises(records.UnknownRequest):
         records.find_own(client, other_account, rid)
     assert records.list_requests(client, account_id)[0]["request_id"] == rid
+    from tests.console_kit import admin_token
+
+    api = httpx.get(f"{node.url}/admin/v1/requests/{rid}", timeout=30,
+                    headers={"Authorization": f"Bearer {admin_token(redis_url)}"})  # the operator's lookup
+    assert api.status_code == 200 and api.json()["code"] == "insufficient_balance" and api.json()["refused"] is True
 
 
 def test_a_refusal_before_admit_names_the_model_asked_for(node, redis_url, mock):
@@ -67,7 +72,7 @@ def test_a_served_request_keeps_its_billed_record_and_no_refused_one(node, redis
     found = _found(client, r.headers["x-svc-request-id"])
     assert found["refused"] is False and found["status"] == 200
     time.sleep(0.2)
-    assert client.zcard(keyspace.refused(account_id)) == 0
+    assert client.llen(keyspace.refused(account_id)) == 0
 
 
 def test_refused_records_are_bounded_per_account_and_leave_the_index_with_them(redis_url):
@@ -85,7 +90,7 @@ def test_refused_records_are_bounded_per_account_and_leave_the_index_with_them(r
         await aclient.aclose()
 
     asyncio.run(flood())
-    assert client.zcard(keyspace.refused(account_id)) == request_record.REFUSED_MAX
+    assert client.llen(keyspace.refused(account_id)) == request_record.REFUSED_MAX
     with pytest.raises(records.UnknownRequest):  # the oldest went, and its index entry with it
         records.find(client, "req_flood00000")
     newest = f"req_flood{request_record.REFUSED_MAX + 29:05d}"

@@ -81,7 +81,8 @@ def test_a_customer_from_sign_in_to_statement(browser, node, redis_url, mock, la
         form = page.locator("#create form")
         form.locator("input[name=name]").fill("browser " + lang)
         form.locator("input[name=rate_limit_rpm]").fill("120" if lang == "en" else "۱۲۰")
-        # an expiry: Jalali typed in Persian, the browser's date picker in English
+        # an expiry: one day, typed as a Jalali date in Persian digits, or as a Gregorian one (what
+        # a date picker sends): either way the key works through all of it, Tehran time
         form.locator("input[name=expires_at]").fill("2031-03-21" if lang == "en" else "۱۴۱۰/۰۱/۰۱")
         form.locator("button[type=submit]").click()
         new_key = page.locator("#newkey").input_value()
@@ -147,15 +148,19 @@ def test_a_customer_from_sign_in_to_statement(browser, node, redis_url, mock, la
         page.goto("/dashboard/billing")
         with page.expect_download() as info:
             page.locator("a[href^='/dashboard/billing/statement.csv']").click()
-        text = Path(info.value.path()).read_text(encoding="utf-8")
+        text = Path(info.value.path()).read_text(encoding="utf-8-sig")  # (a BOM, for spreadsheets)
         rows = list(csv.reader(io.StringIO(text)))
-        assert len(rows) >= 3 and any("opening" in ",".join(r) for r in rows), rows
+        opening = "موجودی اول دوره" if lang == "fa" else "Opening balance"  # in the reader's words
+        assert len(rows) >= 3 and any(opening in ",".join(r) for r in rows), rows
 
         # --- revoke it: 401 from the next request on ----------------------------------------------
         page.goto("/dashboard/keys")
         mine = page.locator("details", has_text=new_key[:10])
         mine.locator("summary").click()
         mine.locator("form[action$='/revoke'] button[type=submit]").click()
+        page.locator("input[name=confirmed]").wait_for(state="attached")  # it asks first
+        v.shoot("revoke-confirm")
+        page.locator("form[action$='/revoke'] button[type=submit]").click()
         page.wait_for_url("**/dashboard/keys?done=revoked")
         with pytest.raises(openai.AuthenticationError):
             client.chat.completions.create(model="mock/chat-1", messages=[{"role": "user", "content": "hi"}])

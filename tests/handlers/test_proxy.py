@@ -660,3 +660,23 @@ def test_a_stream_without_provider_usage_still_gives_the_client_the_usage_it_ask
     plain = list(client(node, key).chat.completions.create(
         model="mock/chat-1", messages=HELLO, stream=True, extra_body={"mock": {"no_usage": True}}))
     assert all(c.choices for c in plain)
+
+
+def test_a_402_says_which_smaller_max_tokens_fits(node, redis_url):
+    """The hold grows with max_tokens: a 402 names the largest max_tokens the available balance
+    covers for the same request (svc.max_tokens_that_fit), and that request is served."""
+    model = node.ctx.catalog.resolve("mock/chat-1")
+    body = {"model": "mock/chat-1", "messages": HELLO, "max_tokens": 4096}
+    available = sizing.hold_micro({**body, "max_tokens": 300}, [model])
+    from upgate.billing import money
+
+    key, _account_id, _ = seed(redis_url, balance=money.fmt(available))
+    c = client(node, key)
+    with pytest.raises(openai.APIStatusError) as e:
+        c.chat.completions.create(model="mock/chat-1", messages=HELLO, max_tokens=4096)
+    assert e.value.status_code == 402
+    fits = e.value.body["svc"]["max_tokens_that_fit"]
+    assert sizing.hold_micro({**body, "max_tokens": fits}, [model]) <= available \
+        < sizing.hold_micro({**body, "max_tokens": fits + 1}, [model])
+    assert f"max_tokens at most {fits}" in e.value.message
+    assert c.chat.completions.create(model="mock/chat-1", messages=HELLO, max_tokens=fits).choices

@@ -365,15 +365,55 @@ def test_form_settings_take_persian_digits_and_a_jalali_expiry():
 
     from upgate.billing import jalali
 
-    form = {"name": " ci ", "rate_limit_rpm": "۱۲۰", "monthly_limit_toman": "۵۰۰۰", "allowed_models": "",
+    form = {"name": " ci ", "rate_limit_rpm": "۱۲۰", "monthly_limit_toman": "۵۰٬۰۰۰", "allowed_models": "",
             "expires_at": "۱۴۱۰/۰۱/۰۱"}
     out = keys.form_settings(lambda f: form.get(f, ""), clearing=True)
-    start = datetime(2031, 3, 21, tzinfo=jalali.TEHRAN)  # 1410-01-01 begins at Tehran's midnight
-    assert out == {"name": "ci", "rpm": 120, "monthly_limit_micro": 5_000_000_000, "allowed_models": None,
-                   "expires_at_ms": int(start.timestamp() * 1000)}
+    end = datetime(2031, 3, 22, tzinfo=jalali.TEHRAN)  # 1410-01-01 (2031-03-21) ends at Tehran's midnight
+    assert out == {"name": "ci", "rpm": 120, "monthly_limit_micro": 50_000_000_000, "allowed_models": None,
+                   "expires_at_ms": int(end.timestamp() * 1000)}
+    # the same day from a date picker is the same expiry; a time keeps its own meaning (UTC)
     assert keys.form_settings(lambda f: {"expires_at": "2031-03-21"}.get(f, ""), clearing=False) == {
+        "expires_at_ms": int(end.timestamp() * 1000)}
+    assert keys.form_settings(lambda f: {"expires_at": "2031-03-21T00:00:00"}.get(f, ""), clearing=False) == {
         "expires_at_ms": int(datetime(2031, 3, 21, tzinfo=timezone.utc).timestamp() * 1000)}
+    for typed in ("50,000", "50000", "۵۰۰۰۰", "٥٠٬٠٠٠", "50،000"):  # every way the amount is typed
+        assert keys.form_settings(lambda f: {"monthly_limit_toman": typed}.get(f, ""), clearing=False) == {
+            "monthly_limit_micro": 50_000_000_000}, typed
+    for typed in ("5,00", "50.000,5", "۵۰٬۰۰"):  # a separator out of place is refused, never guessed
+        with pytest.raises(ValueError) as e:
+            keys.form_settings(lambda f: {"monthly_limit_toman": typed}.get(f, ""), clearing=False)
+        assert e.value.field == "monthly_limit_toman" and e.value.reason == "amount_malformed"
     for field, bad in (("expires_at", "1400/01/01"), ("expires_at", "1405/13/01"), ("rate_limit_rpm", "6000")):
         with pytest.raises(keys.InvalidKeySetting) as e:
             keys.form_settings(lambda f: {field: bad}.get(f, ""), clearing=False)
         assert e.value.field == field
+
+
+def test_allowed_models_against_the_catalog_in_force(client):
+    """keys.catalog_models, the one rule every face uses: ids and aliases (an alias becomes its
+    model's id; a glob-shaped alias matches as a pattern) are known, anything else is named;
+    no catalog loaded yet, nothing is unknown. check_catalog refuses (the customer's dashboard)."""
+    from dataclasses import replace
+
+    from upgate.catalog import rules, store as catalog_store
+
+    assert keys.catalog_models(client, ["acme/anything"]) == (["acme/anything"], [])  # no catalog yet
+    m, = rules.parse('[[models]]\nid = "anthropic/claude-sonnet-4.5"\nprovider = "p"\n'
+                     'prompt_toman_per_million = "1"\ncompletion_toman_per_million = "2"\n'
+                     'aliases = ["claude-sonnet-4-5"]\n', {"p"})
+    pattern = replace(m, id="anthropic/claude-haiku-4.5", aliases=("claude-haiku-4-5-*",))
+    catalog_store.store(client, [m, pattern])
+    assert keys.catalog_models(client, ["claude-sonnet-4-5", "anthropic/claude-sonnet-4.5",
+                                        "claude-haiku-4-5-20251001", "openai/gpt-9"]) == (
+        ["anthropic/claude-sonnet-4.5", "anthropic/claude-haiku-4.5", "openai/gpt-9"], ["openai/gpt-9"])
+    with pytest.raises(keys.InvalidKeySetting) as e:
+        keys.check_catalog(client, ["openai/gpt-9"])
+    assert (e.value.reason, e.value.field, e.value.params["model"]) == ("model_unknown", "allowed_models", "openai/gpt-9")
+    assert keys.check_catalog(client, ["claude-sonnet-4-5"]) == ["anthropic/claude-sonnet-4.5"]
+    # the customer's form: an alias typed there is its model's id, an unknown name is refused
+    form = {"allowed_models": "claude-sonnet-4-5, anthropic/claude-haiku-4.5", "rate_limit_rpm": "۶۰"}
+    assert keys.customer_form_settings(client, form, clearing=False) == {
+        "allowed_models": ["anthropic/claude-sonnet-4.5", "anthropic/claude-haiku-4.5"], "rpm": 60}
+    with pytest.raises(keys.InvalidKeySetting) as e:
+        keys.customer_form_settings(client, {"allowed_models": "Bad Id"}, clearing=False)
+    assert e.value.reason == "model_unknown" and e.value.field == "allowed_models"

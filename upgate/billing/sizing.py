@@ -202,6 +202,28 @@ def hold_micro(body: dict, models: list, *, embeddings: bool | None = None, prom
     return best
 
 
+def max_tokens_within(body: dict, models: list, available_micro: int, *, embeddings: bool | None = None,
+                      prompt: int | None = None) -> int:
+    """The largest max_tokens whose hold fits in `available_micro` for this body (the rest of it
+    as it is), below the one asked for; 0 when none does (the prompt alone is too dear). What a
+    402 and the dashboard tell a client: a smaller max_tokens may still fit. A binary search over
+    the hold, on the refusal's path only."""
+    if embeddings if embeddings is not None else is_embeddings(body):
+        return 0
+    asked = output_tokens(body)
+    prompt = prompt_tokens(body) if prompt is None else prompt  # once: the search varies the output only
+    low, high = 0, asked - 1  # low always fits (or is 0), high is the largest left to try
+    while low < high:
+        mid = (low + high + 1) // 2
+        trial = {k: v for k, v in body.items() if k not in OUTPUT_FIELDS}
+        trial["max_tokens"] = mid
+        if hold_micro(trial, models, embeddings=False, prompt=prompt) <= available_micro:
+            low = mid
+        else:
+            high = mid - 1
+    return low
+
+
 def _limit(model, field: str, default: int) -> int:
     """The model's catalog limit `field` when it has a positive one, else `default`."""
     value = getattr(model, field, None)

@@ -29,13 +29,16 @@ def _num(v) -> float:
         return 0.0
 
 
-def nice_ticks(top: float, n: int = 4) -> list[float]:
-    """0 and round steps (1, 2 or 5 × 10^k) up to at least `top`: about n intervals."""
+def nice_ticks(top: float, n: int = 4, whole: bool = False) -> list[float]:
+    """0 and round steps (1, 2 or 5 × 10^k) up to at least `top`: about n intervals. `whole`:
+    the values are counts, so no step is smaller than 1 (no tick at 0.5 requests)."""
     if top <= 0:
         return [0.0, 1.0]
     raw = top / n
     mag = 10 ** math.floor(math.log10(raw))
     step = next(m * mag for m in (1, 2, 5, 10) if m * mag >= raw)
+    if whole:
+        step = max(1, step)
     count = math.ceil(top / step - 1e-9)
     return [i * step for i in range(count + 1)]
 
@@ -47,7 +50,9 @@ def short(v: float) -> str:
 
 def _open(title: str, desc: str, height: int = H, kind: str = "") -> tuple[str, list[str]]:
     cid = f"chart{next(_ids)}"
-    head = (f'<svg class="chart{kind}" viewBox="0 0 {W} {height}" role="img" '
+    # the geometry is left to right on every page: on a right-to-left one, text-anchor="end"
+    # would otherwise mean the left end and labels would run into the bars
+    head = (f'<svg class="chart{kind}" viewBox="0 0 {W} {height}" direction="ltr" role="img" '
             f'aria-labelledby="{cid}-t {cid}-d" xmlns="http://www.w3.org/2000/svg">'
             f'<title id="{cid}-t">{escape(title)}</title><desc id="{cid}-d">{escape(desc)}</desc>')
     return cid, [head]
@@ -85,11 +90,12 @@ def _x_labels(parts: list[str], labels: Sequence[str], x_of) -> None:
                          f'text-anchor="middle">{escape(lab)}</text>')
 
 
-def _frame(parts: list[str], values: Sequence, n: int, digits: Callable[[str], str] = str, axis=None):
+def _frame(parts: list[str], values: Sequence, n: int, digits: Callable[[str], str] = str, axis=None,
+           whole: bool = False):
     """The value axis of a day chart, drawn into `parts`: (numbers, slot width, x of the i-th
     slot's centre, y of a value). Bars and lines share it, so charts of one period line up."""
     nums = [_num(v) for v in values]
-    ticks = nice_ticks(max(nums + [0.0]))
+    ticks = nice_ticks(max(nums + [0.0]), whole=whole)
     top = ticks[-1] or 1.0
     plot_h = H - TOP - BOTTOM
     slot = (W - LEFT - RIGHT) / n
@@ -103,13 +109,14 @@ def _frame(parts: list[str], values: Sequence, n: int, digits: Callable[[str], s
 
 def bars(labels: Sequence[str], values: Sequence, title: str, fmt: Fmt = str,
          tips: Sequence[str] | None = None, *, empty: str = EMPTY, digits: Callable[[str], str] = str,
-         axis: Callable[[float], str] | None = None) -> str:
+         axis: Callable[[float], str] | None = None, whole: bool = False) -> str:
     """Vertical bars, one per label (days). `tips` are the x labels' long form for tooltips.
-    Another language's page passes its `empty` text and `digits` (the axis numbers' script)."""
+    Another language's page passes its `empty` text and `digits` (the axis numbers' script);
+    `whole`: the values are counts (ticks at whole numbers only)."""
     _cid, parts = _open(title, _desc(tips or labels, values, fmt))
     if not labels:
         return _empty(parts, text=empty)
-    nums, slot, x_of, y_of = _frame(parts, values, len(labels), digits, axis)
+    nums, slot, x_of, y_of = _frame(parts, values, len(labels), digits, axis, whole)
     for i, (v, raw) in enumerate(zip(nums, values)):
         y = y_of(v)
         bw = max(1.0, slot * 0.7)

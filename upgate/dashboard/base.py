@@ -114,6 +114,7 @@ class DashboardHandler(BodyGuard, tornado.web.RequestHandler):
     def get_template_namespace(self) -> dict:
         ns = super().get_template_namespace()
         ns.update(fmt=i18n.Formatter(self.lang), lang=self.lang, rtl=self.lang == i18n.FA,
+                  outcome=lambda code, status: refusal_text.outcome(code, status, self.lang, self.locale.translate),
                   account=self.account, nav=self.nav, lang_url=self.lang_url, message=None,
                   blocked=self.blocked())
         return ns

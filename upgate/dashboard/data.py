@@ -7,6 +7,7 @@ and the console call; nothing here decides, validates or computes money.
 from __future__ import annotations
 
 from upgate.billing import jalali, money
+from upgate.payments import orders
 from upgate.services import accounts, keys, account_requests, statements, transactions, usage
 
 LOW_BALANCE_DEFAULT_MICRO = 10_000 * money.MICRO  # warn below this when the account set no threshold
@@ -58,10 +59,20 @@ def usage_page(client, account_id: str, month: str) -> dict:
             "models": usage.report(raw, "model"), "keys": usage.report(raw, "key"), "key_names": names}
 
 
+def bank_refs(client, account_id: str) -> dict[str, str]:
+    """transaction id → the bank's reference of the paid order it credited (what a customer's
+    statement says of a payment, in their words, instead of the gateway's note)."""
+    paid = orders.list_orders(client, account_id=account_id, status="paid", limit=200)["data"]
+    return {o["transaction_id"]: o.get("ref_id") or "" for o in paid if o.get("transaction_id")}
+
+
 def billing_page(client, account_id: str, month: str) -> dict:
     return {"month": month, "statement": statements.statement(client, account_id, month),
-            "transactions": transactions.list_transactions(client, account_id, month=month)}
+            "transactions": transactions.list_transactions(client, account_id, month=month),
+            "bank_refs": bank_refs(client, account_id)}
 
 
-def statement_csv(client, account_id: str, month: str) -> str:
-    return statements.to_csv(statements.statement(client, account_id, month))
+def statement_file(client, account_id: str, month: str) -> tuple[list[dict], dict[str, str]]:
+    """The statement's rows (statements.rows, the same as every face's file) and the bank
+    references of its payments; the page writes them in its reader's words."""
+    return statements.rows(statements.statement(client, account_id, month)), bank_refs(client, account_id)

@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import tornado.web
 
-from upgate.dashboard import account_pages, data, pricing, receipts, request_pages, signin_pages, sparkline, topup
+from upgate.dashboard import (account_pages, data, phone_pages, pricing, receipts, request_pages, signin_pages,
+                              sparkline, topup)
 from upgate.dashboard.page import Page
 from upgate.dashboard.base import PREFIX, STATIC, Refused, StaticHandler
-from upgate.services import keys, statements
+from upgate.i18n import dates, numbers
+from upgate.services import csv_safe, keys, statements
 
 _ID = r"([^/]+)"
 
@@ -33,6 +35,7 @@ def routes(ctx) -> list:
         *pricing.routes(d),
         *receipts.routes(d),
         *account_pages.routes(d),
+        *phone_pages.routes(d),
         (PREFIX + r"/static/(.*)", StaticHandler, {"path": STATIC}),
     ]
 
@@ -94,6 +97,12 @@ class KeysHandler(Page):
         lead = _("{field} was not accepted.").format(field=label) if label else _("Not saved:")
         return lead + "\n" + self.said(e)
 
+    async def form(self, *, clearing: bool) -> dict:
+        """The key form's settings; a customer names only models the catalog offers (an alias
+        becomes its model's id)."""
+        fields = {f: self.arg(f) for f in keys.FORM_FIELDS}
+        return await self.call(keys.customer_form_settings, fields, clearing=clearing)
+
     def base_url(self) -> str:
         """The /v1 address the customer's code should call: UPGATE_PUBLIC_URL, else this host."""
         public = self.ctx.settings.public_url
@@ -103,7 +112,7 @@ class KeysHandler(Page):
 
     async def submit(self) -> None:
         try:
-            settings = keys.form_settings(self.arg, clearing=False)
+            settings = await self.form(clearing=False)
             full, key_id, prefix = await self.call(keys.create_key, self.ctx.settings.key_pepper,
                                                    self.account_id, **settings)
         except ValueError as e:
@@ -122,7 +131,7 @@ class KeyFormHandler(KeysHandler):
 class KeyUpdateHandler(KeyFormHandler):
     async def submit(self, key_id: str) -> None:
         try:
-            settings = keys.form_settings(self.arg, clearing=True)
+            settings = await self.form(clearing=True)
             await self.call(keys.update_key, key_id, account_id=self.account_id, **settings)
         except keys.UnknownKey:  # another account's key: the same 404 as a missing one
             raise tornado.web.HTTPError(404) from None
@@ -133,7 +142,17 @@ class KeyUpdateHandler(KeyFormHandler):
 
 
 class KeyRevokeHandler(KeyFormHandler):
+    """Revoking cannot be undone: the first POST shows what would stop working and asks (a page,
+    no script); only the confirmed form (`confirmed=1`) revokes."""
+
     async def submit(self, key_id: str) -> None:
+        if self.arg("confirmed") != "1":
+            listed, _figures = await self.call(data.key_list, self.account_id)
+            mine = next((k for k in listed if k["key_id"] == key_id and k["state"] != "revoked"), None)
+            if mine is None:  # another account's key, or none: the same 404
+                raise tornado.web.HTTPError(404)
+            self.render("confirm_revoke.html", key=mine)
+            return
         try:
             await self.call(keys.revoke_key, key_id, account_id=self.account_id)
         except keys.UnknownKey:
@@ -159,6 +178,11 @@ class UsageHandler(Page):
 class BillingHandler(Page):
     nav = "billing"
 
+    def get_template_namespace(self) -> dict:
+        ns = super().get_template_namespace()
+        ns.update(kinds=self.kind_words(), note=self.note)
+        return ns
+
     async def get(self) -> None:
         month = self.month()
         try:
@@ -169,12 +193,32 @@ class BillingHandler(Page):
 
 
 class StatementCsvHandler(Page):
+    """The month's statement as a file in the reader's words: the same rows as every face's
+    (statements.rows), headed and told in the page's language, days and times Jalali (Tehran),
+    amounts in toman as the pages round them, with ASCII digits and no separators so that a
+    spreadsheet adds them up; a BOM so that Excel reads the Persian."""
+
     async def get(self) -> None:
         month = self.month()
         try:
-            text = await self.call(data.statement_csv, self.account_id, month)
+            rows, refs = await self.call(data.statement_file, self.account_id, month)
         except statements.InvalidMonth:
             raise Refused(400, self.locale.translate("That month is not one the dashboard can show.")) from None
         self.set_header("Content-Type", "text/csv; charset=UTF-8")
         self.set_header("Content-Disposition", f'attachment; filename="statement-{month}.csv"')
-        self.finish(text)
+        self.finish("\ufeff" + self.render_csv(rows, refs))
+
+    def render_csv(self, rows: list[dict], refs: dict[str, str]) -> str:
+        _ = self.locale.translate
+        kinds = {"opening_balance": _("Opening balance"), "closing_balance": _("Closing balance"),
+                 "charges": _("Requests of the day"), **self.kind_words()}
+        fields = ("day", "time", "kind", "requests", "note", "amount_toman")
+        out = []
+        for r in rows:
+            when = dates.jalali_text(r["time"]) if r.get("time") else ""
+            out.append({
+                "day": (r.get("day") or "").replace("-", "/"), "time": when[11:],
+                "kind": kinds.get(r["kind"], r["kind"]), "requests": r.get("requests", ""),
+                "note": self.note(r, refs), "amount_toman": numbers.toman(r["amount_toman"]).replace(",", "")})
+        return csv_safe.write(fields, out, headers=[_("Day"), _("Time"), _("What"), _("Requests"), _("Note"),
+                                                    _("Amount (toman)")])

@@ -118,6 +118,8 @@ class ProxyHandler(Failover, StreamRelay, BaseHandler):
             if e.rate is not None:
                 self.set_rate(e.rate)
             ctx.refusals.note(key.key_id, key.account_id, e)
+            if e.code == "insufficient_balance" and not free:
+                self._smaller_fits(e, req.body, models, self.prompt_estimate)
             raise
         self.set_rate(self.hold.rate)
         self._billed = False
@@ -141,6 +143,20 @@ class ProxyHandler(Failover, StreamRelay, BaseHandler):
                 ctx.metrics.closed(self)
             if not self._billed:  # an unexpected error: never leave a hold behind
                 await self._release()
+
+    @staticmethod
+    def _smaller_fits(e: Rejected, body: dict, models: list, prompt: int | None) -> None:
+        """A 402 says when the same request with a smaller max_tokens would fit what is
+        available (`svc.max_tokens_that_fit`), as the key's monthly-limit 429 does."""
+        try:
+            available = money.parse_toman((e.svc or {}).get("available_toman", "0"), allow_negative=True)
+        except (ValueError, TypeError):
+            return
+        fits = sizing.max_tokens_within(body, models, available, prompt=prompt) if available > 0 else 0
+        if fits > 0:
+            e.svc = {**(e.svc or {}), "max_tokens_that_fit": fits}
+            e.message = (f"The wallet's available balance does not cover this request's hold; the same "
+                         f"request with max_tokens at most {fits} fits.")
 
     def _understand(self, raw: bytes):
         """The body's work (body_work.py: off the loop when large): parse, translate and

@@ -94,6 +94,24 @@ class Formatter:
         """The UTC date of a moment, "2027-03-20" (a date field's value)."""
         return dates.iso(value)[:10]
 
+    def until(self, value) -> str:
+        """An expiry as people read it: the Jalali day it works through ("1405/12/29") when it
+        ends a Tehran day, else its date and time."""
+        day = dates.last_day(value)
+        return self.when(value) if day is None else numbers.localize(day.replace("-", "/"), self.lang)
+
+    def until_field(self, value) -> str:
+        """An expiry as a date field's value, what the customer would type to keep it: the day
+        it works through, in the page's digits ("" when none)."""
+        day = dates.last_day(value)
+        text = day.replace("-", "/") if day else self.jalali_date(value)
+        return numbers.localize(text, self.lang)
+
+    def amount_field(self, micro: int | None) -> str:
+        """Micro-toman as a form field's value in the page's digits, with the separators the page
+        prints ("۵۰٬۰۰۰", "1,500.25"): the amount parser takes it back as it is."""
+        return "" if micro is None else numbers.localize(numbers.exact_toman(numbers.money.to_decimal(micro)), self.lang)
+
     def jalali_date(self, value) -> str:
         """The Tehran day of a moment as a Jalali date with ASCII digits, "1405/12/29" (a form
         field's value: what the customer would type)."""

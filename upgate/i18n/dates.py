@@ -1,7 +1,7 @@
 """Moments as people read them: Jalali dates in Tehran time, in either language's digits."""
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 import jdatetime
 
@@ -49,6 +49,19 @@ def when(value, lang: str = "en", seconds: bool = False) -> str:
     """`jalali_text` with "/" between the date's parts, in the language's digits."""
     text = jalali_text(value, seconds)
     return text if text == DASH else localize(text.replace("-", "/"), lang)
+
+
+def last_day(value) -> str | None:
+    """The Jalali day ("1405-12-29", Tehran) a key expiring at `value` works through, when the
+    expiry is a Tehran midnight (the end of the day before, as every face's date field means
+    it); None for an expiry at another time of day (one set through the API)."""
+    moment = parse_time(value)
+    if moment is None:
+        return None
+    local = moment.astimezone(jalali.TEHRAN)
+    if (local.hour, local.minute, local.second, local.microsecond) != (0, 0, 0, 0):
+        return None
+    return jdatetime.date.fromgregorian(date=(local - timedelta(days=1)).date()).strftime("%Y-%m-%d")
 
 
 def iso(value) -> str:

@@ -126,3 +126,4 @@ def plain_toman(micro: int | None) -> str:
     if micro is None:
         return ""
     return format(money.to_decimal(micro).normalize(), "f")
+

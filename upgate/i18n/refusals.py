@@ -61,6 +61,8 @@ TEXT = {
     "month_before_account": N_("{month} is before this account was opened."),
     "range_backwards": N_("The end date is before the start date."),
     "range_too_long": N_("A report covers at most {n} days."),
+    "filter_invalid": N_("That filter is not one the page offers: choose from its lists."),
+    "phone_same": N_("That is already your number."),
     # the support desk (notes, reasons, searches, phone changes)
     "note_text_missing": N_("Write the note's text."),
     "text_control": N_("The text must not contain control characters."),
@@ -91,6 +93,40 @@ TEXT = {
 }
 
 
+# what a request's answer was, as its record's `code` says it (upgate/errors.py's codes)
+OUTCOMES = {
+    None: N_("Answered"),
+    "invalid_request": N_("The request was malformed"),
+    "invalid_api_key": N_("The key was invalid, revoked or expired"),
+    "insufficient_balance": N_("Not enough balance: top up, or ask for a smaller max_tokens"),
+    "account_suspended": N_("The account is suspended"),
+    "model_not_allowed": N_("This key may not use that model"),
+    "model_not_found": N_("No such model"),
+    "request_too_large": N_("The request was too large"),
+    "rate_limit_exceeded": N_("Too many requests per minute for this key"),
+    "key_monthly_limit_reached": N_("The key's monthly limit was reached"),
+    "too_many_concurrent_streams": N_("Too many open streams"),
+    "free_quota_exceeded": N_("Today's free requests are used up"),
+    "free_capacity_exhausted": N_("The free model is busy right now"),
+    "upstream_rate_limited": N_("The model is busy right now"),
+    "upstream_error": N_("The model's provider failed to answer; nothing was charged"),
+    "upstream_unavailable": N_("The model's provider could not be reached; nothing was charged"),
+    "upstream_timeout": N_("The model sent nothing for too long; nothing was charged"),
+    "pricing_unavailable": N_("The service was not ready; nothing was charged"),
+    "service_unavailable": N_("The service was not ready; nothing was charged"),
+    "internal_error": N_("Something went wrong on our side; nothing was charged"),
+    "": N_("The request was refused"),  # a code this list does not know
+}
+
+
+def outcome(code: str | None, status: int | None, lang: str, translate=None) -> str:
+    """A request record's outcome in words (never its machine code)."""
+    translate = translate or locale(lang).translate
+    if code in OUTCOMES:
+        return translate(OUTCOMES[code])
+    return translate(OUTCOMES[None] if (status or 200) < 400 else OUTCOMES[""])
+
+
 def _value(name: str, value, lang: str) -> str:
     if value is None:
         return numbers.DASH
@@ -104,7 +140,7 @@ def _value(name: str, value, lang: str) -> str:
         return dates.month_name(str(value), lang)
     if isinstance(value, int) and not isinstance(value, bool):
         return numbers.count(value, lang)
-    return str(value)
+    return "\u2068" + str(value) + "\u2069"  # what the person typed, isolated: a Latin id inside Persian
 
 
 def render(reason: str, params: dict, lang: str, translate=None) -> str:

@@ -26,14 +26,18 @@ def cell(field: str, value):
     return "'" + value
 
 
-def write(fields, rows) -> str:
-    """`rows` (dicts; keys beyond `fields` are left out, missing ones are empty) as CSV text."""
+def write(fields, rows, headers=None) -> str:
+    """`rows` (dicts; keys beyond `fields` are left out, missing ones are empty) as CSV text.
+    `headers`: the header row's words (a reader's language), else the field names."""
     fields = list(fields)
     buf = io.StringIO()
     # RFC 4180's CRLF: with it the writer also quotes a cell holding a lone CR (3.11 does not
     # otherwise), so no cell can break a row in two
     w = csv.DictWriter(buf, fieldnames=fields, extrasaction="ignore", lineterminator="\r\n")
-    w.writeheader()
+    if headers is None:
+        w.writeheader()
+    else:
+        w.writer.writerow([cell("", h) for h in headers])
     for row in rows:
         w.writerow({k: cell(k, v) for k, v in row.items() if k in fields})
     return buf.getvalue()

@@ -28,11 +28,12 @@ from __future__ import annotations
 import re
 import secrets
 import time
-from datetime import datetime
+from datetime import date, datetime, timedelta
 
 import orjson
 
 from upgate.billing import jalali, money
+from upgate.catalog import aliases, store as catalog_store
 from upgate.services import accounts, phones
 from upgate.store import connection as store, keyspace
 from upgate.services.accounts import UnknownAccount, atomic_write
@@ -213,21 +214,66 @@ def list_keys(client, account_id: str) -> list[dict]:
 
 
 JALALI_DATE = re.compile(r"^(1[2-4][0-9]{2})[-/]([0-9]{1,2})[-/]([0-9]{1,2})$")
+GREGORIAN_DATE = re.compile(r"^(19|20|21)[0-9]{2}-[0-9]{2}-[0-9]{2}$")
 
 
 def parse_form_expiry(text: str) -> int:
     """A form's expiry: a Jalali date (``1405/12/29``; years 1200–1499 cannot be Gregorian
-    ones a person means) is the start of that day in Tehran; anything else is `parse_expires`'s
-    ISO 8601. Must be in the future."""
-    m = JALALI_DATE.match(text.strip())
-    if not m:
+    ones a person means), in either language's page, means the END of that day in Tehran: the
+    key works through it and stops as the next day begins (00:00 Tehran). A Gregorian date
+    alone (``2031-03-21``, what a browser's date picker sends) means the same: the end of that
+    day in Tehran, so one day typed either way is one expiry. Anything else is `parse_expires`'s
+    ISO 8601 (a time without a zone is UTC). Must be in the future."""
+    text = text.strip()
+    m = JALALI_DATE.match(text)
+    if m:
+        try:
+            day = jalali.parse_day("-".join(m.groups())).togregorian()
+        except ValueError as e:
+            raise InvalidKeySetting(str(e), reason="date_malformed") from None
+    elif GREGORIAN_DATE.match(text):
+        try:
+            day = date.fromisoformat(text)
+        except ValueError:
+            raise InvalidKeySetting(f"not a date: {text!r}", reason="date_malformed") from None
+    else:
         return parse_expires(text)
-    try:
-        day = jalali.parse_day("-".join(m.groups()))
-    except ValueError as e:
-        raise InvalidKeySetting(str(e), reason="date_malformed") from None
-    start = datetime.combine(day.togregorian(), datetime.min.time(), jalali.TEHRAN)
-    return check_expires(int(start.timestamp() * 1000))
+    end = datetime.combine(day + timedelta(days=1), datetime.min.time(), jalali.TEHRAN)
+    return check_expires(int(end.timestamp() * 1000))
+
+
+def catalog_models(client, models: list[str] | None) -> tuple[list[str] | None, list[str]]:
+    """The one rule for allowed models against the catalog in force: (the list with every
+    alias, exact or a pattern like ``claude-sonnet-*``, replaced by its model's catalog id, the
+    names the catalog knows in no way). No catalog loaded yet: nothing is unknown. The customer's
+    dashboard refuses an unknown name; the operator's faces say so and allow it (a model may be
+    added later)."""
+    if not models:
+        return models, []
+    version, _updated, items = catalog_store.read(client)
+    if version is None:
+        return list(models), []
+    ids = {m.id for m in items}
+    exact = {a: m.id for m in items for a in m.aliases if not aliases.is_pattern(a)}
+    patterns = aliases.Patterns([(a, m.id) for m in items for a in m.aliases if aliases.is_pattern(a)])
+    out, unknown = [], []
+    for name in models:  # the routes' own rule (catalog/aliases.py): exact, then the longest pattern
+        found = name if name in ids else exact.get(name) or patterns.match(name)
+        if found is None:
+            unknown.append(name)
+        out.append(found or name)
+    return list(dict.fromkeys(out)), unknown
+
+
+def check_catalog(client, models: list[str] | None) -> list[str] | None:
+    """`catalog_models`, refusing a name the catalog does not know (`model_unknown`)."""
+    resolved, unknown = catalog_models(client, models)
+    if unknown:
+        e = InvalidKeySetting(f"not in the catalog in force: {', '.join(unknown)}", reason="model_unknown",
+                              model=", ".join(unknown)[:120])
+        e.field = "allowed_models"
+        raise e
+    return resolved
 
 
 def form_settings(arg, *, clearing: bool) -> dict:
@@ -240,7 +286,7 @@ def form_settings(arg, *, clearing: bool) -> dict:
     def text(field: str) -> str:
         return phones.ascii_digits(arg(field) or "").strip()
 
-    parsers = {"monthly_limit_toman": ("monthly_limit_micro",
+    parsers = {"monthly_limit_toman": ("monthly_limit_micro",  # "۵۰٬۰۰۰" as the page prints it
                                        parse_monthly_limit),
                "allowed_models": ("allowed_models", parse_models),
                "expires_at": ("expires_at_ms", parse_form_expiry)}
@@ -261,6 +307,19 @@ def form_settings(arg, *, clearing: bool) -> dict:
         e.field = field  # the form field at fault, for a face that names it in its own words
         raise
     return out
+
+
+FORM_FIELDS = ("name", "rate_limit_rpm", "monthly_limit_toman", "allowed_models", "expires_at")
+
+
+def customer_form_settings(client, fields: dict[str, str], *, clearing: bool) -> dict:
+    """`form_settings` for an account holder's form: the allowed models must be ones the catalog
+    offers, and an alias (a name an agent sends, exact or a pattern) is taken as its model's id
+    before the ids' shape is checked (`check_catalog`)."""
+    names = [p.strip() for p in (fields.get("allowed_models") or "").split(",") if p.strip()]
+    if names:
+        fields = {**fields, "allowed_models": ", ".join(check_catalog(client, names))}
+    return form_settings(lambda f: fields.get(f, ""), clearing=clearing)
 
 
 def key_object(v: dict) -> dict:

@@ -106,6 +106,11 @@ def to_csv(st: dict) -> str:
     """The statement as CSV: a header row; the opening balance; every transaction and every
     day's charges (negative) in date order; the closing balance. The amounts between the first
     and last rows add up to closing − opening."""
+    return csv_safe.write(CSV_FIELDS, rows(st))
+
+
+def rows(st: dict) -> list[dict]:
+    """The statement's CSV rows (CSV_FIELDS), which every face's file writes in its own words."""
     rows = [{"day": st["month"] + "-01", "kind": "opening_balance",
              "amount_toman": st["opening_balance_toman"]}]
     moves = []
@@ -121,7 +126,7 @@ def to_csv(st: dict) -> str:
     rows += [m[2] for m in sorted(moves, key=lambda m: (m[0], m[1]))]
     rows.append({"kind": "closing_balance", "amount_toman": st["closing_balance_toman"],
                  "requests": st["requests"]})
-    return csv_safe.write(CSV_FIELDS, rows)
+    return rows
 
 
 def _iso_ts(iso: str) -> float:
