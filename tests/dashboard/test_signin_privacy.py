@@ -42,7 +42,8 @@ def _ask(node, phone: str) -> tuple[int, str, float]:
         started = time.monotonic()
         r = c.post("/dashboard/login", data={"phone": phone, "_xsrf": xsrf(form.text)})
         took = time.monotonic() - started
-    page = r.text.replace(phone, "PHONE").split("<main")[1].replace(xsrf(r.text), "X")
+    fa = phone.translate(str.maketrans("0123456789", "۰۱۲۳۴۵۶۷۸۹"))  # (the page may show it in Persian digits)
+    page = r.text.replace(phone, "PHONE").replace(fa, "PHONE").split("<main")[1].replace(xsrf(r.text), "X")
     return r.status_code, page, took
 
 
