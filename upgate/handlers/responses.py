@@ -32,14 +32,14 @@ class ResponsesAPIHandler(ChatHandler):
         return validate(self._chat, "chat")
 
     def _wire(self, provider) -> tuple[str, str]:
-        """A provider that speaks the Responses API gets the client's body (built-in tools
-        included); any other the chat translation, without the built-in tools it cannot serve,
-        which the response names (set here, on the loop, before anything is sent)."""
-        if provider.responses:
-            self.clear_header(_DROPPED_HEADER)
-            return RESPONSES, "responses"
+        """A provider that speaks the Responses API gets the client's body, any other the chat
+        translation; either way without the built-in tools, which the provider would bill per
+        call and no hold here counts (upstream/responses.py), and the response names them (set
+        here, on the loop, before anything is sent)."""
         if self._chat.dropped_tools:
             self.set_header(_DROPPED_HEADER, ", ".join(dict.fromkeys(self._chat.dropped_tools)))
+        if provider.responses:
+            return RESPONSES, "responses"
         return super()._wire(provider)
 
     def _dialect(self, model) -> str:
