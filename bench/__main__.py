@@ -26,6 +26,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="compare git revision REV with the working tree, run alternately")
     ap.add_argument("--failover", action="store_true",
                     help="concurrency-1 latency of a model of two routes, healthy and with its first route dead")
+    ap.add_argument("--records", type=int, nargs="?", const=100_000, metavar="N",
+                    help="Redis memory per request record: N records (default 100,000) through settle")
+    ap.add_argument("--timeline", action="store_true",
+                    help="where one quiet request's time goes (concurrency 1), and the added p50 at 50 req/s")
     ap.add_argument("--instructions", action="store_true",
                     help="with --ab: count instructions per request under valgrind instead of timing")
     ap.add_argument("--rounds", type=int, default=10, help="alternations of --ab (default 10, at least 6)")
@@ -49,6 +53,14 @@ def main(argv: list[str] | None = None) -> int:
             from bench import ab
 
             return ab.run(args.ab, args.rounds, pin=not args.no_pin, accounts=args.accounts)
+        if args.timeline:
+            from bench import timeline
+
+            return timeline.run()
+        if args.records:
+            from bench import records
+
+            return records.run(args.records)
         if args.failover:
             from bench import failover
 

@@ -51,60 +51,184 @@ local function migrate(wallet, txns, now, record_json)
   end
 end
 
--- Keep a request's record (settle.lua, release.lua, reap.lua): add it to the account's records
--- (sorted set by time), file its id in that UTC day's request index (a hash in the account's slot
--- whose name is index_prefix .. day number, expiring keep_ms after its day), and drop what is
--- past the retention: records older than keep_ms (the index days expire on their own) and, at
--- most 64 a call, the oldest beyond `max` with their index entries. `record` = "" keeps nothing.
--- The expiries and the age trim run once per account and UTC day: settle passes the wallet and
--- its `rec_day` field (read with the wallet anyway), and the day's first record marks it; so
--- does a record that finds the set new (emptied and made again the same day). A record is kept
--- keep_ms at least, and dropped by the account's first record of a later day once it is older;
--- the records expire keep_ms and a day after the day's first one, so after its last one too.
--- Three commands a request fewer, a third of what keeping a record costs a cold store. Without
--- `wallet` (release, reap: rare) every call does them.
+-- ---- request records (the stored form: upgate/billing/request_record.py) -------------------
+-- Keep a request's record: push it on the account's records list (oldest first) and file its
+-- id in that UTC day's request index, then drop what is past the retention.
+-- The index is listpack-sized hash buckets, so an entry costs ~35 bytes, not ~110 as in one
+-- big hash per day: the day's n-th entry goes to bucket `width(n)`:`h % 2^width`, h from the
+-- id's last three bytes, and the width grows with the day's count (`<index day>:n`), so a
+-- bucket holds ~32 entries at any volume; a lookup tries each width up to the day's.
+-- An entry is "<seq>|<account key>": the record's place in the list counted since the
+-- account's first record (`rec_gone`, on the wallet, counts those dropped from its head).
+-- Records go by age once per account and UTC day (the wallet's `rec_day`; or when the list is
+-- new), and by count on every write (the oldest beyond `max`, with their index entries). The
+-- list expires keep_ms and a day after the day's first record; index days keep_ms after the day.
 local DAY_MS = 86400000
+local REC_BUCKET = 64
 
--- A reaped hold's record kept by settle/release is replaced by the request's full one.
--- `old`: the hold's `record` field when the caller read it already (false: it has none).
-local function drop_reaped_record(hold_key, records, old)
-  if old == nil then
-    old = rcall('HGET', hold_key, 'record')
+local function rec_width(count)
+  local w, q = 0, math.floor((count - 1) / REC_BUCKET)
+  while q > 0 and w < 24 do
+    w, q = w + 1, math.floor(q / 2)
   end
-  if old then
-    rcall('ZREM', records, old)
-  end
+  return w
 end
-local function keep_record(records, index_prefix, account_id, request_id, record, now, keep_ms, max,
-                           wallet, kept_day)
+
+local function rec_bucket(index_day, rid, w)
+  local a, b, c = string.byte(rid, -3, -1)
+  local h = ((a or 0) * 65536 + (b or 0) * 256 + (c or 0)) % (2 ^ w)
+  return index_day .. ':' .. w .. ':' .. istr(h)
+end
+
+-- a stored record's index width, id key and time
+local function rec_head(s)
+  local f = string.byte(s, 1)
+  local rid, p
+  if f % 64 >= 32 then
+    rid, p = string.sub(s, 2, 13), 14
+  else
+    local n = string.byte(s, 2)
+    rid, p = string.sub(s, 3, 2 + n), 3 + n
+  end
+  if f >= 128 then -- a packed key id
+    p = p + 8
+  end
+  local t = 0
+  for i = p, p + 5 do
+    t = t * 256 + (string.byte(s, i) or 0)
+  end
+  return f % 32, rid, t
+end
+
+-- the record with index width w in its first byte
+local function rec_with_width(record, w)
+  local f = string.byte(record, 1)
+  return string.char(f - f % 32 + w) .. string.sub(record, 2)
+end
+
+-- the id and account keys the Python side makes (request_record.rid_key / acct_key), for a
+-- record built here (reap.lua)
+local function rid_key(rid)
+  if #rid == 28 and string.match(rid, '^req_[0-9a-f]+$') then
+    return (string.gsub(string.sub(rid, 5), '..', function(h) return string.char(tonumber(h, 16)) end))
+  end
+  return string.sub(rid, 1, 255)
+end
+local function acct_key(acct)
+  if #acct == 36 and string.match(acct, '^%x+%-%x+%-%x+%-%x+%-%x+$') and acct == string.lower(acct) then
+    return (string.gsub(string.gsub(acct, '-', ''), '..', function(h) return string.char(tonumber(h, 16)) end))
+  end
+  return acct
+end
+
+-- a record in the stored form, for a request id (text), a time (ms) and the body's fields
+local function rec_pack(rid, at, fields)
+  local k, head = rid_key(rid), nil
+  if #k == 12 and #rid == 28 then
+    head = string.char(96) .. k
+  else
+    head = string.char(64, #k) .. k
+  end
+  local t = {}
+  for i = 6, 1, -1 do
+    t[i] = string.char(at % 256)
+    at = math.floor(at / 256)
+  end
+  return head .. table.concat(t) .. table.concat(fields, '\031')
+end
+
+-- A reaped request's record (reap.lua put its list place on the hold) is replaced in place by
+-- the request's full one. `seq`: the hold's `record` field; a hold reaped by a version before
+-- the packed form holds the old record itself, which leaves the old sorted set. True: replaced.
+local function replace_reaped(records, seq, rid, record, gone)
+  local n = tonumber(seq)
+  if not n then
+    if seq then
+      rcall('ZREM', string.sub(records, 1, -3) .. 'reqs', seq)
+    end
+    return false
+  end
+  local pos = n - gone - 1
+  local old = pos >= 0 and rcall('LINDEX', records, pos)
+  if not old then
+    return false
+  end
+  local w, orid = rec_head(old)
+  if orid ~= rid then
+    return false
+  end
+  rcall('LSET', records, pos, rec_with_width(record, w))
+  return true
+end
+
+-- `rid`, `acct`: request_record.rid_key / acct_key. `kept_day`, `gone`: the wallet's `rec_day`
+-- and `rec_gone` when the caller read the wallet already (nil: read here). `reaped`: the
+-- hold's `record` field when it was reaped. `kind`: 'ref' for the refused records' list (its
+-- own `ref_day`/`ref_gone`; its index entries start with "r"), else the billed one.
+-- Returns the record's seq ('' when nothing kept).
+local function keep_record(records, index_prefix, acct, rid, record, now, keep_ms, max,
+                           wallet, kept_day, gone, reaped, kind)
   if record == '' then
-    return
+    return ''
   end
-  local day = istr(math.floor(now / DAY_MS))
-  local index = index_prefix .. day
-  rcall('ZADD', records, istr(now), record)
-  rcall('HSET', index, request_id, account_id .. '|' .. istr(now))
-  local card = rcall('ZCARD', records)
-  if kept_day ~= day or card == 1 then -- (1: the set is new, maybe emptied and made again today)
-    rcall('PEXPIREAT', index, istr((tonumber(day) + 1) * DAY_MS + keep_ms))
+  kind = kind or 'rec'
+  if kept_day == nil then
+    local v = rcall('HMGET', wallet, kind .. '_day', kind .. '_gone')
+    kept_day, gone = v[1], v[2]
+  end
+  gone = tonumber(gone) or 0
+  if reaped and replace_reaped(records, reaped, rid, record, gone) then
+    return ''
+  end
+  local day = math.floor(now / DAY_MS)
+  local index_day = index_prefix .. istr(day)
+  local until_ms = istr((day + 1) * DAY_MS + keep_ms)
+  local count = rcall('INCR', index_day .. ':n')
+  if count == 1 then
+    rcall('PEXPIREAT', index_day .. ':n', until_ms)
+  end
+  local w = rec_width(count)
+  local bucket = rec_bucket(index_day, rid, w)
+  local len = rcall('RPUSH', records, rec_with_width(record, w))
+  local seq = istr(gone + len)
+  rcall('HSET', bucket, rid, (kind == 'ref' and 'r' or '') .. seq .. '|' .. acct)
+  rcall('PEXPIREAT', bucket, until_ms)
+  local dropped = 0
+  if kept_day ~= istr(day) or len == 1 then -- (1: the list is new, maybe emptied and made again today)
     rcall('PEXPIRE', records, istr(keep_ms + DAY_MS))
-    if rcall('ZREMRANGEBYSCORE', records, '-inf', '(' .. istr(now - keep_ms)) > 0 then
-      card = rcall('ZCARD', records)
-    end
-    if wallet then
-      rcall('HSET', wallet, 'rec_day', day)
-    end
-  end
-  local over = card - max
-  if over > 0 then
-    for _, old in ipairs(rcall('ZRANGE', records, 0, math.min(over, 64) - 1)) do
-      local id, t = string.match(old, '^%["([^"]*)",(%d+)')
-      if id then
-        rcall('HDEL', index_prefix .. istr(math.floor(tonumber(t) / DAY_MS)), id)
+    local cut, n = now - keep_ms, 0
+    while n < len do -- the oldest first; the index days expire on their own
+      local head, older = rcall('LRANGE', records, n, n + 127), 0
+      for _, s in ipairs(head) do
+        local _, _, t = rec_head(s)
+        if t >= cut then
+          break
+        end
+        older = older + 1
       end
-      rcall('ZREM', records, old)
+      n = n + older
+      if older < #head or #head == 0 then
+        break
+      end
+    end
+    if n > 0 then
+      rcall('LTRIM', records, n, -1)
+      dropped, len = n, len - n
+    end
+    rcall('HSET', wallet, kind .. '_day', istr(day))
+  end
+  local over = len - max
+  if over > 0 then
+    for _, old in ipairs(rcall('LPOP', records, math.min(over, 64))) do
+      local ow, orid, ot = rec_head(old)
+      rcall('HDEL', rec_bucket(index_prefix .. istr(math.floor(ot / DAY_MS)), orid, ow), orid)
+      dropped = dropped + 1
     end
   end
+  if dropped > 0 then
+    rcall('HSET', wallet, kind .. '_gone', istr(gone + dropped))
+  end
+  return seq
 end
 
 -- Release one OPEN hold and charge nothing: its amount leaves the wallet's and the key's

@@ -14,7 +14,7 @@
     KEYS[2] open holds (zset, hold id → lease deadline ms)     {a:<acct>}:holds
     KEYS[3] stream slots (zset, hold id → lease deadline ms)   {a:<acct>}:streams
     KEYS[4] the reaper's account index (zset, account id → earliest deadline ms)
-    KEYS[5] request records (zset)       {a:<acct>}:reqs
+    KEYS[5] request records (list)       {a:<acct>}:rq
     ARGV[1] account id
     ARGV[2] now, ms; "0" = Redis TIME
     ARGV[3] hold-record prefix   "{a:<acct>}:hold:"
@@ -45,11 +45,11 @@ for _, hold_id in ipairs(due) do
     released = released + 1
     if rec[8] then
       local at = clock_ms(0) -- the record's time is Redis' own even when a test injects `now`
-      local record = '["' .. rec[8] .. '",' .. istr(at) .. ',"' .. (rec[3] or '') .. '",null,"' ..
-        (rec[9] or '') .. '",null,null,' .. (rec[5] == '1' and '1' or '0') .. ',null,"reaped",0,0,0,' ..
-        (rec[2] or '0') .. ',0,null,null]'
-      keep_record(records, ARGV[7], account_id, rec[8], record, at, tonumber(ARGV[8]), tonumber(ARGV[9]))
-      rcall('HSET', hold_prefix .. hold_id, 'record', record)
+      local record = rec_pack(rec[8], at, {rec[3] or '', '', rec[9] or '', '', '', rec[5] == '1' and '1' or '',
+                                           '-', 'reaped', '', '', '', rec[2] or '', '', '', ''})
+      local seq = keep_record(records, ARGV[7], acct_key(account_id), rid_key(rec[8]), record, at,
+                              tonumber(ARGV[8]), tonumber(ARGV[9]), wallet)
+      rcall('HSET', hold_prefix .. hold_id, 'record', seq) -- where a late settlement replaces it
     end
   else
     rcall('ZREM', holds, hold_id) -- an index entry without an open record: drop it

@@ -10,7 +10,7 @@
     KEYS[2] the hold's record (hash)     {a:<acct>}:hold:<hold_id>
     KEYS[3] open holds (zset)            {a:<acct>}:holds
     KEYS[4] stream slots (zset)          {a:<acct>}:streams
-    KEYS[5] request records (zset)       {a:<acct>}:reqs
+    KEYS[5] request records (list)       {a:<acct>}:rq
     ARGV[1] hold id
     ARGV[2] credit a free request back: "1" / "0"
     ARGV[3] key-record prefix    "{a:<acct>}:key:"  (+ the hold's key id)
@@ -26,18 +26,17 @@ local wallet, hold_key, holds, streams, records = KEYS[1], KEYS[2], KEYS[3], KEY
 local hold_id, credit = ARGV[1], ARGV[2] == '1'
 local key_prefix, free_prefix = ARGV[3], ARGV[4]
 
-local function record()
+local function record(reaped)
   keep_record(records, ARGV[8], ARGV[7], ARGV[6], ARGV[5], tonumber(ARGV[9]), tonumber(ARGV[10]),
-              tonumber(ARGV[11]))
+              tonumber(ARGV[11]), wallet, nil, nil, reaped)
 end
 
 local rec = close_hold(wallet, hold_key, holds, streams, hold_id, key_prefix, free_prefix,
                        credit, 'delete', 0)
 if rec[1] ~= 'open' then
   if rec[1] == 'reaped' then
-    drop_reaped_record(hold_key, records, rec[10])
     rcall('DEL', hold_key) -- no settle will follow a release
-    record()
+    record(rec[10]) -- replaces the reaper's record
   end
   return {0, 0, 0}
 end

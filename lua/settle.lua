@@ -16,7 +16,7 @@
     KEYS[2] the hold's record (hash)     {a:<acct>}:hold:<hold_id>
     KEYS[3] open holds (zset)            {a:<acct>}:holds
     KEYS[4] stream slots (zset)          {a:<acct>}:streams
-    KEYS[5] request records (zset)       {a:<acct>}:reqs
+    KEYS[5] request records (list)       {a:<acct>}:rq
     KEYS[6] webhook outbox (list)        {a:<acct>}:outbox
     KEYS[7] webhook outbox state (hash)  {a:<acct>}:outbox:state
     KEYS[8] webhook outbox index (zset)  webhooks:outbox | whout:{<slot tag>}
@@ -29,9 +29,9 @@
     ARGV[7] usage prefix        "{a:<acct>}:usage:" (+ the hold's Tehran day)
     ARGV[8] usage hash time-to-live, ms
     ARGV[9] cached prompt tokens (part of ARGV[3]; counted in the usage aggregates when > 0)
-    ARGV[10] the request's record (compact JSON, no content; "" = none: see keep_record, _lib.lua)
-    ARGV[11] the request id
-    ARGV[12] the account id
+    ARGV[10] the request's record (request_record.encode, no content; "" = none: keep_record, _lib.lua)
+    ARGV[11] the request id's key (request_record.rid_key)
+    ARGV[12] the account id's key (request_record.acct_key)
     ARGV[13] request-index prefix (+ UTC day number)   "reqidx:" or "reqidx:{<slot tag>}:"
     ARGV[14] now, ms (the record's time; "0" = Redis TIME, for the events)
     ARGV[15] how long records are kept, ms
@@ -67,13 +67,12 @@ if state == 'open' then
   close_hold(wallet, hold_key, holds, streams, hold_id, key_prefix, '', false, 'delete', 0, rec, key_live)
   code = 1
 else
-  drop_reaped_record(hold_key, records, rec[10])
-  rcall('DEL', hold_key)
+  rcall('DEL', hold_key) -- its record is replaced below
 end
 
 -- the charge
 local balance = rcall('HINCRBY', wallet, 'balance', istr(-tonumber(cost)))
-local w = rcall('HMGET', wallet, 'held', 'credited', 'low_balance', 'low_fired', 'rec_day', 'usage_day')
+local w = rcall('HMGET', wallet, 'held', 'credited', 'low_balance', 'low_fired', 'rec_day', 'usage_day', 'rec_gone')
 if w[2] then -- else credit.lua or the audit migrates the wallet later
   rcall('HINCRBY', wallet, 'charged', cost)
 end
@@ -112,6 +111,6 @@ if w[6] ~= day or fresh then
 end
 
 keep_record(records, ARGV[13], ARGV[12], ARGV[11], ARGV[10], now, tonumber(ARGV[15]),
-            tonumber(ARGV[16]), wallet, w[5])
+            tonumber(ARGV[16]), wallet, w[5], w[7], state == 'reaped' and rec[10] or nil)
 
 return {code, balance, tonumber(w[1]) or 0, fired}

@@ -1,8 +1,10 @@
 """How the suite runs in parallel (pytest-xdist; see docs/testing.md, "Running in parallel").
 
 - How many workers: twice the cores for the whole suite or a folder (most tests wait on
-  sockets, servers and subprocesses, so two per core keep both cores busy); none when the
-  command names files or tests, where starting workers would cost more than it saves.
+  sockets, servers and subprocesses, so two per core keep both cores busy), less what the
+  machine is already busy with (a developer's machine shared with other runs), and none when
+  that leaves fewer than two or when the command names files or tests, where starting
+  workers would cost more than it saves.
   `-n N` on the command line, or PYTEST_XDIST_AUTO_NUM_WORKERS=N, says otherwise.
 - What stays together (`--dist loadgroup`): every test is its own unit of work, except those
   that use a module- or class-scoped fixture (a browser, a TLS Redis, a process shared by a
@@ -13,8 +15,8 @@
   `--durations`' wall times, which on a shared machine say as much about the neighbours.
 - What runs alone: a test marked `serial` (it measures time: a loop's longest stall, a timing
   side channel, a load test's bounded run) waits until no other test runs in any worker, and
-  no test starts until it ends (a writers-first lock of two flock(2) files in a directory the
-  controller makes for the run). Its limits stay as they are.
+  no test starts until it ends (a writers-first lock of two flock(2) files in the run's
+  temporary directory). Its limits stay as they are.
 """
 from __future__ import annotations
 
@@ -22,8 +24,6 @@ import collections
 import fcntl
 import os
 import resource
-import shutil
-import tempfile
 import time
 
 import pytest
@@ -38,9 +38,9 @@ def pytest_addoption(parser):
 
 
 def pytest_configure(config):
-    lock_dir = getattr(config, "workerinput", {}).get("upgate_lock_dir")
-    if lock_dir:
-        config.pluginmanager.register(_RunAlone(lock_dir), "upgate-run-alone")
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is not None:
+        config.pluginmanager.register(_RunAlone(workerinput["upgate_run_dir"]), "upgate-run-alone")
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -50,21 +50,27 @@ def pytest_xdist_auto_num_workers(config):
     names_tests = config.args and not any(os.path.isdir(a.split("::")[0]) for a in config.args)
     if names_tests:
         return 0
-    return min(MAX_WORKERS, WORKERS_PER_CORE * len(os.sched_getaffinity(0)))
+    n = min(MAX_WORKERS, round(WORKERS_PER_CORE * len(os.sched_getaffinity(0)) - _busy()))
+    return n if n >= 2 else 0
+
+
+def _busy() -> float:
+    """What else the machine is running, in cores: the lesser of the last minute's load and
+    the processes runnable right now but this one (the load lags: just after a `pip install`
+    it still counts the install)."""
+    with open("/proc/loadavg") as f:
+        fields = f.read().split()
+    return max(0.0, min(float(fields[0]), int(fields[3].split("/")[0]) - 1))
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_configure_node(node):
-    """On the controller, for each worker it starts: where the run's lock files are."""
+    """On the controller, for each worker it starts: where the run's lock files are (under the
+    run's base temporary directory, which pytest cleans up with it)."""
     config = node.config
-    if not getattr(config, "upgate_lock_dir", None):
-        config.upgate_lock_dir = tempfile.mkdtemp(prefix="upgate-serial-")
-    node.workerinput["upgate_lock_dir"] = config.upgate_lock_dir
-
-
-def pytest_unconfigure(config):
-    if getattr(config, "upgate_lock_dir", None):
-        shutil.rmtree(config.upgate_lock_dir, ignore_errors=True)
+    if not hasattr(config, "upgate_run_dir"):
+        config.upgate_run_dir = str(config._tmp_path_factory.mktemp("run-alone", numbered=False))
+    node.workerinput["upgate_run_dir"] = config.upgate_run_dir
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
@@ -82,9 +88,9 @@ class _RunAlone:
     """A worker's side of the lock: every test holds it shared, a `serial` test exclusive.
     Whoever wants it exclusive first takes the gate, so no new test starts while it waits."""
 
-    def __init__(self, lock_dir: str):
-        self.gate = open(os.path.join(lock_dir, "gate"), "a+")
-        self.tests = open(os.path.join(lock_dir, "tests"), "a+")
+    def __init__(self, run_dir: str):
+        self.gate = open(os.path.join(run_dir, "gate"), "a+")
+        self.tests = open(os.path.join(run_dir, "tests"), "a+")
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_protocol(self, item):

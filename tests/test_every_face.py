@@ -63,7 +63,7 @@ ACTIONS = {
                          "GET " + ACCOUNT),
     "request.show": (("records.find",), "request show", "GET /admin/v1/requests/{request_id}",
                      "GET /admin/requests/{request_id}"),
-    "request.search": (("request_search.search", "records.count_window", "records.account_window"), "request search",
+    "request.search": (("request_search.search", "records.count_window", "records.account_window", "records.account_window_raw"), "request search",
                        "GET /admin/v1/requests", "GET /admin/requests"),
     "key.create": (("keys.create", "keys.create_key"), "key create", "POST /admin/v1/accounts/{id}/keys",
                    "POST " + ACCOUNT + "/keys"),
@@ -105,6 +105,9 @@ ACTIONS = {
 }
 # service functions on the store that are not an operator's action, and why
 PLUMBING = {
+    "keys.catalog_models": "the one allowed-models-against-the-catalog rule the key forms call",
+    "keys.check_catalog": "the account holder's key form refusing a model the catalog does not offer",
+    "keys.customer_form_settings": "the account holder's key form (the dashboard's keys page)",
     "accounts.is_cluster": "a store helper",
     "accounts.atomic_write": "a store helper every write uses",
     "accounts.require_account": "a check the operations make",
@@ -128,6 +131,10 @@ PLUMBING = {
     "account_requests.search": "the account holder's own requests, filtered (the dashboard); the operator's search is request_search.search",
     "account_requests.choices": "the account holder's requests page's model filter",
     "account_requests.key_figures": "the account holder's keys page (last used, a 30-day sparkline)",
+    "phone_verify.issue": "the account holder's own phone change (the dashboard); the operator's is account set-phone",
+    "phone_verify.withdraw": "a step of the account holder's own phone change",
+    "phone_verify.check": "a step of the account holder's own phone change",
+    "phone_verify.change": "the account holder's own phone change, through phone_change.set_phone",
     "dash_sessions.list_sessions": "the account holder's own signed-in devices (the dashboard's sessions page)",
     "dash_sessions.close_all": "the account holder's own \"sign out everywhere\" (the dashboard's sessions page)",
     "signin.issue": "the account holder's sign-in by SMS code (the dashboard)",

@@ -9,6 +9,7 @@ optionalDependencies), so no install script needs to run.
 """
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -40,16 +41,20 @@ def _installed(root: Path) -> bool:
 
 
 def install() -> Path:
-    """The prefix, with every pinned package at its version (installed when missing)."""
+    """The prefix, with every pinned package at its version (installed when missing; one
+    installer at a time: the suite's parallel workers wait for the first)."""
     root = prefix()
     if _installed(root):
         return root
     root.mkdir(parents=True, exist_ok=True)
-    specs = [f"{name}@{version}" for name, version in versions().items()]
-    subprocess.run(["npm", "install", "--prefix", str(root), "--no-audit", "--no-fund", "--no-save",
-                    "--loglevel=error", *specs], check=True, timeout=900)
-    if not _installed(root):
-        raise RuntimeError(f"npm did not install {specs} into {root}")
+    with open(root / ".install.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not _installed(root):
+            specs = [f"{name}@{version}" for name, version in versions().items()]
+            subprocess.run(["npm", "install", "--prefix", str(root), "--no-audit", "--no-fund", "--no-save",
+                            "--loglevel=error", *specs], check=True, timeout=900)
+            if not _installed(root):
+                raise RuntimeError(f"npm did not install {specs} into {root}")
     return root
 
 

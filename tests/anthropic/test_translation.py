@@ -172,3 +172,30 @@ def test_the_dialect_serves_chat_only_and_takes_its_key_in_x_api_key():
     assert request_headers("anthropic", h) == {"Content-Type": "application/json", "x-api-key": "sk-ant-1",
                                                "anthropic-version": "2023-06-01"}
     assert request_headers("openai", h) is h
+
+
+@pytest.mark.parametrize("extra, reasoning, effort", [
+    ({"thinking": {"type": "adaptive"}}, None, None),  # no chat meaning: the model's default
+    ({"thinking": {"type": "adaptive"}, "output_config": {"effort": "medium"}}, None, "medium"),
+    ({"output_config": {"effort": "max"}}, None, "high"),
+    ({"thinking": {"type": "enabled", "budget_tokens": 2048}, "output_config": {"effort": "low"}},
+     {"max_tokens": 2048}, None),  # the budget says more; OpenRouter takes one of the two
+    ({"thinking": {"type": "disabled"}, "output_config": {"effort": "high"}}, None, None),
+    ({"output_config": {"effort": "sideways"}}, None, None),
+])
+def test_thinking_and_effort_translate_where_chat_has_a_meaning(extra, reasoning, effort):
+    chat = to_chat({"model": "m", "max_tokens": 4096, "messages": [{"role": "user", "content": "x"}], **extra})
+    assert chat.get("reasoning") == reasoning and chat.get("reasoning_effort") == effort
+
+
+def test_system_messages_keep_their_place_and_server_blocks_are_left_out():
+    chat = to_chat({"model": "m", "max_tokens": 9, "system": "S", "messages": [
+        {"role": "user", "content": "a"},
+        {"role": "system", "content": [{"type": "text", "text": "mid", "cache_control": {"type": "ephemeral"}}]},
+        {"role": "assistant", "content": [{"type": "server_tool_use", "id": "s", "name": "web_search", "input": {}},
+                                          {"type": "web_search_tool_result", "tool_use_id": "s", "content": []},
+                                          {"type": "text", "text": "b"}]},
+        {"role": "user", "content": "c"}]})
+    assert chat["messages"] == [{"role": "system", "content": "S"}, {"role": "user", "content": "a"},
+                                {"role": "system", "content": "mid"}, {"role": "assistant", "content": "b"},
+                                {"role": "user", "content": "c"}]

@@ -72,7 +72,7 @@ def test_a_served_request_keeps_its_billed_record_and_no_refused_one(node, redis
     found = _found(client, r.headers["x-svc-request-id"])
     assert found["refused"] is False and found["status"] == 200
     time.sleep(0.2)
-    assert client.zcard(keyspace.refused(account_id)) == 0
+    assert client.llen(keyspace.refused(account_id)) == 0
 
 
 def test_refused_records_are_bounded_per_account_and_leave_the_index_with_them(redis_url):
@@ -90,7 +90,7 @@ def test_refused_records_are_bounded_per_account_and_leave_the_index_with_them(r
         await aclient.aclose()
 
     asyncio.run(flood())
-    assert client.zcard(keyspace.refused(account_id)) == request_record.REFUSED_MAX
+    assert client.llen(keyspace.refused(account_id)) == request_record.REFUSED_MAX
     with pytest.raises(records.UnknownRequest):  # the oldest went, and its index entry with it
         records.find(client, "req_flood00000")
     newest = f"req_flood{request_record.REFUSED_MAX + 29:05d}"

@@ -45,6 +45,22 @@ OVERFLOW = """() => {
 }"""
 
 
+PERSIAN_DIGIT_SEPARATORS = re.compile(r"[۰-۹]\s*['’·]\s*[۰-۹]")
+ISO_TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:")
+
+
+def persian_checks(page, name: str) -> None:
+    """A Persian page draws with a Persian-capable face first (never system-ui: it drew the
+    thousands separator as an apostrophe), shows no apostrophe or "·" between digits (a middle
+    dot reads as a Persian zero) and no ISO time."""
+    font = page.evaluate("getComputedStyle(document.body).fontFamily")
+    assert "system-ui" not in font.lower() and "-apple-system" not in font.lower(), (name, font)
+    text = page.evaluate("document.body.innerText")
+    assert not PERSIAN_DIGIT_SEPARATORS.search(text), (name, PERSIAN_DIGIT_SEPARATORS.search(text).group(0))
+    assert not ISO_TIME.search(text), (name, ISO_TIME.search(text).group(0))
+    assert "·" not in text, name
+
+
 @pytest.fixture
 def busy(node, redis_url):
     """An account with what clipped before: a six-decimal balance in the hundreds of thousands,
@@ -82,6 +98,8 @@ class Shots:
         SHOTS.mkdir(exist_ok=True)
         page.screenshot(path=str(SHOTS / f"layout-{name}-{self.lang}-{self.width}.png"), full_page=True)
         assert page.evaluate(OVERFLOW) == [], f"{name} ({self.lang}, {self.width} px)"
+        if self.lang == "fa":
+            persian_checks(page, name)
 
     def close(self) -> None:
         self.context.close()

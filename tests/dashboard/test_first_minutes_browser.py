@@ -80,7 +80,9 @@ def test_first_five_minutes(browser, make_node, redis_url, mock, lang, width):
         # --- keys: last used, spent, the sparkline ------------------------------------------------
         page.goto("/dashboard/keys")
         row = page.locator("tr", has=page.locator("svg.spark"))
-        assert row.count() == 1 and row.locator("rect").count() == 1
+        assert row.count() == 1 and row.locator("svg.spark:visible").count() == 1  # a column, or under the name on a phone
+        assert row.locator("svg.spark:visible rect").count() == 1  # one day of the 30 had spending
+        assert row.locator("td:visible", has_text=jalali.day_key()[:4].translate(FA if lang == "fa" else {})).count() >= 1  # last used
         v.shoot("keys")
 
         # --- requests: filters typed in Persian digits, then the CSV ------------------------------
@@ -110,7 +112,7 @@ def test_first_five_minutes(browser, make_node, redis_url, mock, lang, width):
         assert accounts.show(store.connect_sync(redis_url), acct)["low_balance_micro"] == 50_000 * 10 ** 6
         page.locator("input[name=low_balance_toman]").fill("abc")
         page.locator("form[action='/dashboard/alerts'] button[type=submit]").click()
-        assert ("مبلغی به تومان" if lang == "fa" else "Enter an amount in toman") in page.locator(".flash.error").inner_text()
+        assert ("مبلغ" if lang == "fa" else "Type an amount in toman") in page.locator(".flash.error").inner_text()
         v.shoot("alerts-refused")
         page.goto("/dashboard/")
         assert ("۵۰٬۰۰۰" if lang == "fa" else "50,000") in page.locator("#alert-line").inner_text()
@@ -134,6 +136,22 @@ def test_first_five_minutes(browser, make_node, redis_url, mock, lang, width):
         assert not page.locator("header.top").is_visible() and not page.locator("button[data-print]").is_visible()
         page.screenshot(path=str(SHOTS / f"first-receipt-print-{lang}-{width}.png"), full_page=True)
         page.emulate_media(media="screen")
+
+        # --- a new phone: a code to the new number and one to the old ------------------------------
+        new_phone = "0936" + phone[4:]
+        with SmsLog() as sms:
+            page.goto("/dashboard/phone")
+            v.shoot("phone")
+            page.locator("input[name=phone]").fill(new_phone.translate(FA) if lang == "fa" else new_phone)
+            page.locator("form[action='/dashboard/phone'] button[type=submit]").click()
+            page.locator("input[name=code_new]").wait_for()
+            v.shoot("phone-codes")
+            page.locator("input[name=code_new]").fill(sms.code_for("+98" + new_phone[1:]))
+            page.locator("input[name=code_old]").fill(sms.code_for(canonical))
+            page.locator("form[action='/dashboard/phone/verify'] button[type=submit]").click()
+            page.wait_for_url("**/dashboard/phone?done=1")
+        assert accounts.show(store.connect_sync(redis_url), acct)["phone"] == "+98" + new_phone[1:]
+        v.shoot("phone-done")
 
         # --- signed-in devices, then sign out everywhere ------------------------------------------
         page.goto("/dashboard/sessions")

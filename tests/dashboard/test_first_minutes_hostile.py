@@ -30,6 +30,7 @@ def _best_of_three(send) -> tuple[int, float]:
     return status, best
 
 
+@pytest.mark.serial  # it asserts a time
 def test_hostile_inputs_are_4xx_and_quick(node, sms):
     seed(node.settings.redis_url, phone=A)
     c = signed_in(node, sms, A)

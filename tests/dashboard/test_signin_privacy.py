@@ -16,6 +16,7 @@ import pytest
 from tests.dashboard_kit import xsrf
 from tests.load_kit import wait_for
 from tests.sms.fakes import FakeKavenegar
+from upgate.i18n import numbers
 from upgate.services import accounts, signin
 from upgate.store import connection as store, keyspace
 
@@ -42,7 +43,7 @@ def _ask(node, phone: str) -> tuple[int, str, float]:
         started = time.monotonic()
         r = c.post("/dashboard/login", data={"phone": phone, "_xsrf": xsrf(form.text)})
         took = time.monotonic() - started
-    page = r.text.replace(phone, "PHONE").split("<main")[1].replace(xsrf(r.text), "X")
+    page = r.text.replace(phone, "PHONE").replace(numbers.localize(phone, "fa"), "PHONE").split("<main")[1].replace(xsrf(r.text), "X")
     return r.status_code, page, took
 
 
@@ -74,6 +75,7 @@ def _alike(answers, k, u) -> None:
     assert abs(k - u) < SAME_TIME_S, (k, u)
 
 
+@pytest.mark.serial  # it measures time: nothing else may run meanwhile (tests/parallel.py)
 def test_a_fresh_node_with_a_working_provider(make_node, redis_url, fake):
     answers, k, u = _pairs(_node(make_node, fake), redis_url, 1)
     _alike(answers, k, u)
@@ -81,6 +83,7 @@ def test_a_fresh_node_with_a_working_provider(make_node, redis_url, fake):
     wait_for(lambda: len(fake.requests) == PAIRS, 10, "the known phones' texts")  # sent all the same
 
 
+@pytest.mark.serial  # it measures time: nothing else may run meanwhile (tests/parallel.py)
 def test_a_provider_that_hangs(make_node, redis_url, fake):
     fake.answer, fake.slow_s = "slow", 30.0  # past the driver's 10 s timeout
     answers, k, u = _pairs(_node(make_node, fake), redis_url, 2)
@@ -88,6 +91,7 @@ def test_a_provider_that_hangs(make_node, redis_url, fake):
     assert {a[0][0] for a in answers} == {200} and k < 1.0
 
 
+@pytest.mark.serial  # it measures time: nothing else may run meanwhile (tests/parallel.py)
 def test_a_provider_that_fails(make_node, redis_url, fake):
     """Every send fails: the first answers are the code form for both; once the health in Redis
     says failing, "SMS is unavailable" (503) for both. Each pair is asked in one state."""

@@ -76,6 +76,7 @@ def _post(node, path: str, body: bytes, key: str) -> int:
     return httpx.post(node.base + path, content=body, headers=headers, timeout=120).status_code
 
 
+@pytest.mark.serial  # it measures time: nothing else may run meanwhile (tests/parallel.py)
 def test_large_messages_chat_and_tools_bodies_hold_no_loop(node, redis_url):
     broke, account, _ = seed(redis_url, balance="0", rpm=600)
     accounts.set_free_quota(store.connect_sync(redis_url), account, 0)

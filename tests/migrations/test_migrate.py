@@ -48,9 +48,18 @@ def old_dataset(redis_url: str) -> tuple[list[str], list[str]]:
         r.hset(w, "phone", _persian(typed) if "۰" in typed else typed)
         r.zrem(keyspace.ACCOUNTS_BY_TIME, acct)
     r.hset(keyspace.wallet(ids[1]), "phone", "0912 000 0000")  # shares ids[0]'s phone
-    r.delete(*r.keys("{p:*"))
+    for k in phone_keys(r):
+        r.delete(k)
     r.delete(keyspace.MIGRATIONS)
     return ids, full_keys
+
+
+def phone_keys(r) -> list:
+    import redis
+
+    if isinstance(r, redis.RedisCluster):
+        return r.keys("{p:*", target_nodes=redis.RedisCluster.ALL_NODES)
+    return r.keys("{p:*")
 
 
 def traffic(nodes, keys: list[str], stop: threading.Event, seen: list) -> None:
@@ -90,7 +99,7 @@ def test_migrate_while_serving_interrupted_resumed_and_repeated(make_node, redis
     assert dry.exit_code == 0, dry.output
     would = {m["name"]: m["changed"] for m in json.loads(dry.stdout)["migrations"]}
     assert would == {"transaction-counters": N, "canonical-phones": N + N - 1, "accounts-by-time": N}
-    assert wallets(r, ids) == before and not r.keys("{p:*") and migrations.applied(r) == 0
+    assert wallets(r, ids) == before and not phone_keys(r) and migrations.applied(r) == 0
     assert "needs 3 migration(s)" in migrations.check(r)
 
     nodes = [make_node(), make_node()]
@@ -177,3 +186,44 @@ def test_one_migrate_at_a_time(redis_url):
     with pytest.raises(migrations.MigrationRunning):
         migrations.run(r)
     assert migrations.applied(r) == 0
+
+
+@pytest.mark.cluster
+def test_migrate_on_a_redis_cluster(cluster_url):
+    """The same old data on a Redis Cluster (the phone index and the wallets in other slots):
+    interrupted, resumed, repeated; the audit clean."""
+    r = store.connect_sync(cluster_url)
+    ids, _keys = old_dataset(cluster_url)
+
+    def stop(version, done, _n=[0]):
+        _n[0] += 1
+        if _n[0] == 3:
+            raise ConnectionError("lost")
+    with pytest.raises(ConnectionError):
+        migrations.run(r, batch=4, on_batch=stop)
+    assert migrations.status(r)["migrations"][0]["resume_after"] == sorted(ids)[11]
+    out = migrations.run(r, batch=4)
+    assert out["to"] == migrations.LATEST and out["migrations"][0]["changed"] == N - 12
+    r.delete(keyspace.MIGRATIONS)
+    assert [m["changed"] for m in migrations.run(r, batch=5)["migrations"]] == [0, 0, 0]
+    from upgate.services import audit
+
+    result = audit.run(r, deep=True)
+    assert result["mismatches"] == [] and result["unmigrated"] == 0
+    assert phone_index.owner(r, "+989120000005") == ids[5]
+    assert phone_index.owner(r, "+989120000000") == phone_index.SHARED
+
+
+def test_serve_warns_while_a_migration_is_pending(redis_url, caplog):
+    from upgate import server
+
+    seed(redis_url)  # an account, and no migration recorded: pending
+    with caplog.at_level("WARNING", logger="upgate"):
+        server.check_store(redis_url)
+    assert any("needs 3 migration(s)" in r.getMessage() and "upgate-admin migrate" in r.getMessage()
+               for r in caplog.records), caplog.text
+    migrations.run(store.connect_sync(redis_url))
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="upgate"):
+        server.check_store(redis_url)
+    assert not any("migration" in r.getMessage() for r in caplog.records)

@@ -4,6 +4,7 @@ search box for an account id, key id, key prefix, request id or a phone in any s
 or in part. Accounts made before the time index are added to it by the first listing."""
 from __future__ import annotations
 
+import asyncio
 import time
 
 import pytest
@@ -11,7 +12,7 @@ import pytest
 from tests.services.test_accounts import client  # noqa: F401  (fixture)
 from upgate.billing import jalali, request_record
 from upgate.services import account_list, accounts, keys
-from upgate.store import keyspace
+from upgate.store import connection as store, keyspace
 
 PEPPER = "test-pepper"
 
@@ -79,7 +80,13 @@ def test_part_of_a_phone_finds_every_account_holding_it(client):
     assert all("0999" in v["account_id"] for v in account_list.browse(client, q="0999")["data"])
 
 
-def test_ids_key_prefix_and_request_id(client):
+async def _keep_refused(url, record, now_ms):
+    aclient = store.connect_async(url)
+    await request_record.keep_refused(aclient, record, sharded=False, keep_days=7, now_ms=now_ms)
+    await aclient.aclose()
+
+
+def test_ids_key_prefix_and_request_id(client, redis_url):
     ids = _make(client, 3)
     assert [v["account_id"] for v in account_list.browse(client, q=ids[1].upper())["data"]] == [ids[1]]
     assert [v["account_id"] for v in account_list.browse(client, q=ids[2][:8])["data"]] == [ids[2]]
@@ -90,8 +97,9 @@ def test_ids_key_prefix_and_request_id(client):
     assert account_list.browse(client, q=prefix + "…" + full[-4:])["data"][0]["account_id"] == ids[0]
     now_ms = int(time.time() * 1000)
     rid = "req_" + "ab" * 12
-    client.hset(keyspace.REQ_INDEX + str(now_ms // request_record.DAY_MS), rid, f"{ids[2]}|{now_ms}")
-    client.zadd(keyspace.requests(ids[2]), {request_record.encode(request_record.new(request_id=rid), now_ms): now_ms})
+    refused = request_record.refused(request_id=rid, account_id=ids[2], key_id=kid, key_prefix=prefix,
+                                     route="/v1/chat/completions", model=None, status=402, code="x")
+    asyncio.run(_keep_refused(redis_url, refused, now_ms))
     page = account_list.browse(client, q="req_" + "ab" * 12)
     assert page["matched"] == "request" and [v["account_id"] for v in page["data"]] == [ids[2]]
     assert account_list.browse(client, q="req_" + "cd" * 12)["data"] == []

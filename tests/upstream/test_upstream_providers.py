@@ -145,3 +145,27 @@ def test_a_bad_key_pool_is_refused(tmp_path, value) -> None:
     text = f'[providers.p]\nbase_url = "https://x.example/v1"\napi_key_env = {value}\n'
     with pytest.raises(ProvidersError, match="api_key_env"):
         load_providers(write(tmp_path, text), {"A": "k"})
+
+
+def test_a_provider_that_serves_the_responses_api(tmp_path) -> None:
+    text = ('[providers.oai]\nbase_url = "https://api.openai.com/v1"\napi_key_env = "K"\n'
+            'dialect = "openai"\nresponses = true\n')
+    p = load_providers(write(tmp_path, text), {"K": "sk-1"})["oai"]
+    assert p.responses is True and p.url("responses") == "https://api.openai.com/v1/responses"
+    for bad in ('responses = "yes"', 'responses = true\ndialect = "anthropic"'):
+        with pytest.raises(ProvidersError, match="responses must be true or false"):
+            load_providers(write(tmp_path, f'[providers.x]\nbase_url = "https://x.example/v1"\n{bad}\n'), {})
+
+
+@pytest.mark.parametrize("value, on", [("", False), ("off", False), ("on", True), ("ON", True), ("1", True)])
+def test_the_responses_api_is_the_operator_s_choice(value, on) -> None:
+    from upgate.settings import from_env
+
+    assert from_env({"UPGATE_RESPONSES": value} if value else {}).responses is on
+
+
+def test_a_malformed_responses_setting_stops_the_start() -> None:
+    from upgate.settings import SettingsError, from_env
+
+    with pytest.raises(SettingsError, match="UPGATE_RESPONSES must be on or off"):
+        from_env({"UPGATE_RESPONSES": "maybe"})

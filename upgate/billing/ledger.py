@@ -238,7 +238,7 @@ class Ledger(Reaper, Journal, Cooldowns):
         if not record:
             return ("", "", account_id, prefix, 0, keep_ms, s.request_log_max)
         now_ms = int(now_ms or self.now() * 1000)
-        return (request_record.encode(record, now_ms), record["request_id"], account_id, prefix, now_ms,
+        return (*request_record.pack(record, now_ms), request_record.acct_key(account_id), prefix, now_ms,
                 keep_ms, s.request_log_max)
 
     async def settle(self, account_id: str, hold_id: str, *, key_id: str, model: str, cost_micro: int,

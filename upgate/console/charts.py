@@ -50,7 +50,9 @@ def short(v: float) -> str:
 
 def _open(title: str, desc: str, height: int = H, kind: str = "") -> tuple[str, list[str]]:
     cid = f"chart{next(_ids)}"
-    head = (f'<svg class="chart{kind}" viewBox="0 0 {W} {height}" role="img" '
+    # the geometry is left to right on every page: on a right-to-left one, text-anchor="end"
+    # would otherwise mean the left end and labels would run into the bars
+    head = (f'<svg class="chart{kind}" viewBox="0 0 {W} {height}" direction="ltr" role="img" '
             f'aria-labelledby="{cid}-t {cid}-d" xmlns="http://www.w3.org/2000/svg">'
             f'<title id="{cid}-t">{escape(title)}</title><desc id="{cid}-d">{escape(desc)}</desc>')
     return cid, [head]

@@ -4,7 +4,7 @@ layer's (dash_sessions, accounts); these handlers parse, call and render."""
 from __future__ import annotations
 
 from upgate.dashboard.base import PREFIX, DashboardHandler
-from upgate.services import accounts, dash_sessions, phones
+from upgate.services import accounts, dash_sessions
 
 
 class SessionsHandler(DashboardHandler):
@@ -43,15 +43,11 @@ class AlertsHandler(DashboardHandler):
                     saved=self.get_query_argument("saved", "") == "1")
 
     async def submit(self) -> None:
-        text = phones.ascii_digits(self.arg("low_balance_toman"))
-        for sep in ("٬", ",", "،"):  # thousands separators as people type them
-            text = text.replace(sep, "")
-        try:
-            low = accounts.parse_low_balance(text)
+        try:  # Persian, Arabic-Indic or Latin digits, with or without separators (i18n/numbers.py)
+            low = accounts.parse_low_balance(self.arg("low_balance_toman"))
             await self.call(accounts.update, self.account_id, low_balance_micro=low)
-        except accounts.AccountError:
-            _ = self.locale.translate
-            return await self.show(status=400, message=_("Enter an amount in toman, like 50000, or leave it empty for no alert."))
+        except accounts.AccountError as e:
+            return await self.show(status=400, message=self.said(e))
         self.redirect(PREFIX + "/alerts?saved=1", status=303)
 
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import tornado.web
 
-from upgate.dashboard import account_pages, data, pricing, receipts, request_pages, signin_pages, sparkline, topup
+from upgate.dashboard import (account_pages, data, phone_pages, pricing, receipts, request_pages, signin_pages,
+                              sparkline, topup)
 from upgate.dashboard.page import Page
 from upgate.dashboard.base import PREFIX, STATIC, Refused, StaticHandler
 from upgate.i18n import dates, numbers
@@ -34,6 +35,7 @@ def routes(ctx) -> list:
         *pricing.routes(d),
         *receipts.routes(d),
         *account_pages.routes(d),
+        *phone_pages.routes(d),
         (PREFIX + r"/static/(.*)", StaticHandler, {"path": STATIC}),
     ]
 

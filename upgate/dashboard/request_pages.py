@@ -12,8 +12,8 @@ from upgate.services import csv_safe, keys, phones, records, account_requests, s
 FILTERS = ("from", "to", "model", "key", "status")
 
 
-def _page(client, account_id: str, filters: dict, cursor: str) -> dict:
-    return {"results": account_requests.search(client, account_id, filters, cursor=cursor),
+def _page(client, account_id: str, filters: dict) -> dict:
+    return {"results": account_requests.search(client, account_id, filters),
             "models": account_requests.choices(client, account_id)["models"],
             "keys": keys.list_keys(client, account_id)}
 
@@ -33,17 +33,13 @@ class RequestsHandler(Page):
         return out
 
     async def get(self) -> None:
-        _ = self.locale.translate
         typed = self.typed()
         try:
             filters = account_requests.check(start=typed["from"], end=typed["to"], model=typed["model"],
-                                           key=typed["key"], status=typed["status"])
+                                           key=typed["key"], status=typed["status"],
+                                           cursor=self.get_query_argument("cursor", "").strip())
         except account_requests.InvalidFilter as e:
-            label = {"from": _("From"), "to": _("To"), "model": _("Model"), "key": _("Key"),
-                     "status": _("Status")}[e.field]
-            text = (_("The end date is before the start date.") if str(e).startswith("`to` is before")
-                    else _("{field} was not accepted. Dates are Jalali, like 1405-08-01.").format(field=label))
-            raise Refused(400, text) from None
+            raise Refused(400, self.said(e)) from None
         if self.get_query_argument("format", "") == "csv":
             text = await self.call(_csv, self.account_id, filters)
             self.set_header("Content-Type", "text/csv; charset=UTF-8")
@@ -57,7 +53,7 @@ class RequestsHandler(Page):
             except records.UnknownRequest:  # another account's id too: the same answer
                 missing = True
                 self.set_status(404)
-        page = await self.call(_page, self.account_id, filters, self.get_query_argument("cursor", "").strip())
+        page = await self.call(_page, self.account_id, filters)
         query = [(k, v) for k, v in typed.items() if v]
         self.render("requests.html", rid=rid, found=found_one, missing=missing, typed=typed, **page,
                     csv_url="/dashboard/requests?" + urllib.parse.urlencode(query + [("format", "csv")]),

@@ -20,6 +20,10 @@ from upgate.upstream.dialects import stream_parser
 from upgate.upstream.errors import body_error_message
 
 _BATCH = 64 * 1024  # bytes of a stream's backlog written before waiting for the client
+# Backpressure: past this many bytes of backlog the provider's transfer is paused (call.hold)
+# until the client has taken half of it, so a slow reader costs this process ~_HOLD_AT, not
+# whatever the provider could write meanwhile.
+_HOLD_AT = 64 * 1024
 # A client that leaves once the provider has finished generating: how long the provider's usage
 # event (what it bills us by) is waited for, rather than billing an estimate of what was relayed.
 USAGE_GRACE_S = 10.0
@@ -83,10 +87,11 @@ class StreamRelay:
         ended = False  # the relay is over: whatever else the provider sends is dropped
         chars = 0  # of content the client was sent: what a cut stream is billed for
         last: dict = {}  # the last chunk relayed: a usage chunk of our own copies its id
+        pending = 0  # bytes in the backlog, about (its events' payloads)
         name = self.names.get(model.id)  # the alias the client asked by, if it did
 
         def relay_now(data: bytes) -> bool:
-            nonlocal chars, last
+            nonlocal chars, last, pending
             if ended:
                 return False
             events = parser.feed(data)
@@ -95,12 +100,16 @@ class StreamRelay:
             # (after a held usage chunk, everything keeps its order through the backlog)
             if not parked or backlog or held is not None or not self._sse_open or not out.writable():
                 backlog.extend(events)
+                pending += sum(map(len, events))
+                if pending > _HOLD_AT:
+                    call.hold()
                 return True
             sent, n_chars = [], 0
             for n, payload in enumerate(events):
                 obj = _content_event(payload)
                 if obj is None:
                     backlog.extend(events[n:])
+                    pending += sum(len(e) for e in events[n:])
                     break
                 n_chars += chars_output(obj, "delta")
                 if not self._generated and _finishes(payload, obj):
@@ -141,6 +150,7 @@ class StreamRelay:
                 # the loop between batches
                 while backlog and not done and not self._gone and wrote < _BATCH:
                     payload = backlog.popleft()
+                    pending -= len(payload)
                     if payload == b"[DONE]":
                         done = True
                         break
@@ -176,6 +186,8 @@ class StreamRelay:
                     except tornado.iostream.StreamClosedError:
                         self._gone = True
                         break
+                    if pending < _HOLD_AT // 2:
+                        call.release()  # (may relay its kept chunk at once, into the backlog)
                     if backlog:
                         await asyncio.sleep(0)
                     continue  # more may have come meanwhile
@@ -186,6 +198,7 @@ class StreamRelay:
                         raise call.error
                     break
                 parked = True
+                call.release()
                 try:
                     await call.wait()
                 finally:

@@ -48,6 +48,11 @@ _LINE = (r"([!#$%&'*+\-.^_`|~0-9A-Za-z]+):[ \t]*+"
 _HEADER_LINE = re.compile(_LINE)
 _HEADER_LINES = re.compile("(?>" + _LINE.replace("(", "(?:").replace("(?:?:", "(?:") + ")*")
 _BAD_REQUEST = b"HTTP/1.1 400 Bad Request\r\n\r\n"
+# A client socket is writable once less than this is unsent in the kernel (Linux, 3.12+): the
+# rest of a slow reader's answer waits in the transport, whose pause stops the stream relay,
+# which pauses the provider's transfer (upgate/handlers/stream.py, docs/performance.md).
+_TCP_NOTSENT_LOWAT = getattr(socket, "TCP_NOTSENT_LOWAT", 25)
+NOTSENT_LOWAT = 16 * 1024
 _TOO_LARGE = b"HTTP/1.1 431 Request Header Fields Too Large\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"
 MAX_HEADER_LINES = 100  # header lines of one request (as nginx and most servers bound them)
 MAX_COOKIE_BYTES = 8 * 1024  # the Cookie header (nginx's default line buffer; a console's are < 1 KB)
@@ -208,6 +213,9 @@ class Connection(asyncio.Protocol):
         if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
             # small SSE writes leave at once, never behind a delayed ACK (~40 ms otherwise)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            # what the kernel holds unsent for a client that reads slowly stays ~100 KB, not the
+            # ~4 MB a send buffer autotunes to (a fast client's window is not limited by it)
+            sock.setsockopt(socket.IPPROTO_TCP, _TCP_NOTSENT_LOWAT, NOTSENT_LOWAT)
         self._done = asyncio.get_running_loop().create_future()
         self._done.set_result(None)
         self.server.connections.add(self)

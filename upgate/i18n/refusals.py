@@ -61,6 +61,8 @@ TEXT = {
     "month_before_account": N_("{month} is before this account was opened."),
     "range_backwards": N_("The end date is before the start date."),
     "range_too_long": N_("A report covers at most {n} days."),
+    "filter_invalid": N_("That filter is not one the page offers: choose from its lists."),
+    "phone_same": N_("That is already your number."),
     # the support desk (notes, reasons, searches, phone changes)
     "note_text_missing": N_("Write the note's text."),
     "text_control": N_("The text must not contain control characters."),

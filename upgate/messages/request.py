@@ -106,9 +106,9 @@ def to_chat(body: dict) -> MessagesAsChat:
         out["reasoning"] = {"max_tokens": budget}
     config = body.get("output_config")
     effort = config.get("effort") if isinstance(config, dict) else None
-    if isinstance(effort, str) and effort in _EFFORT and not (isinstance(thinking, dict)
-                                                              and thinking.get("type") == "disabled"):
-        out["reasoning_effort"] = _EFFORT[effort]
+    if isinstance(effort, str) and effort in _EFFORT and "reasoning" not in out and not (
+            isinstance(thinking, dict) and thinking.get("type") == "disabled"):
+        out["reasoning_effort"] = _EFFORT[effort]  # (a budget says more: OpenRouter takes one of the two)
     meta = body.get("metadata")
     if isinstance(meta, dict) and isinstance(meta.get("user_id"), str):
         out["user"] = meta["user_id"]

@@ -58,6 +58,7 @@ VERBS = {
     "admin_token.revoke": ("admin_token", N_("revoked admin token %(object)s")),
     "migrate": ("store", N_("migrated the stored data")),
 }
+_SETS = {"account.update", "account.set_free_quota", "account.set_low_balance", "key.update", "key.create"}
 # a face's own name for a write → its verb (the CLI's command paths map by rule: `verb`)
 _ROUTES = {
     "POST /admin/v1/accounts": "account.create", "POST /admin/accounts": "account.create",
@@ -137,6 +138,8 @@ def record(client, actor: str, action: str, target: str | None = None, detail: d
             account = store.text(owner) if owner is not None else None
     elif kind == "account":
         account = account or target
+    if after is None and name in _SETS:  # a setting's write: what it set is its after
+        after = {k: v for k, v in detail.items() if k not in ("key_id", "phone")} or None
     entry = {"id": "aud_" + secrets.token_hex(8), "ts": jalali.utc_iso(time.time()), "actor": actor,
              "action": name, "object": {"type": kind, "id": obj_id}, "account": account,
              "before": _plain(before), "after": _plain(after), "replay": bool(replay),
@@ -224,7 +227,9 @@ def _ms(iso: str | None) -> int:
 # ---- what a reader sees -----------------------------------------------------------------------
 
 FIELD_WORDS = {"phone": N_("phone"), "status": N_("status"), "balance_toman": N_("balance"),
-               "version": N_("data version")}
+               "version": N_("data version"), "free_quota_per_day": N_("free requests a day"),
+               "low_balance_toman": N_("low-balance alert"), "name": N_("name"), "rate_limit_rpm": N_("requests a minute"),
+               "monthly_limit_toman": N_("monthly limit"), "allowed_models": N_("models"), "expires_at": N_("expiry")}
 VALUE_WORDS = {"active": N_("active"), "suspended": N_("suspended")}
 CSV_FIELDS = ("id", "ts", "actor", "action", "what", "object_type", "object_id", "account", "before", "after",
               "replay", "note", "detail")

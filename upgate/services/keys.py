@@ -29,12 +29,11 @@ import re
 import secrets
 import time
 from datetime import date, datetime, timedelta
-from fnmatch import fnmatchcase
 
 import orjson
 
 from upgate.billing import jalali, money
-from upgate.catalog import store as catalog_store
+from upgate.catalog import aliases, store as catalog_store
 from upgate.services import accounts, phones
 from upgate.store import connection as store, keyspace
 from upgate.services.accounts import UnknownAccount, atomic_write
@@ -255,12 +254,11 @@ def catalog_models(client, models: list[str] | None) -> tuple[list[str] | None, 
     if version is None:
         return list(models), []
     ids = {m.id for m in items}
-    exact = {a: m.id for m in items for a in m.aliases if not any(c in a for c in "*?[")}
-    patterns = [(a, m.id) for m in items for a in m.aliases if any(c in a for c in "*?[")]
+    exact = {a: m.id for m in items for a in m.aliases if not aliases.is_pattern(a)}
+    patterns = aliases.Patterns([(a, m.id) for m in items for a in m.aliases if aliases.is_pattern(a)])
     out, unknown = [], []
-    for name in models:
-        found = name if name in ids else exact.get(name) or next(
-            (mid for pattern, mid in patterns if fnmatchcase(name, pattern)), None)
+    for name in models:  # the routes' own rule (catalog/aliases.py): exact, then the longest pattern
+        found = name if name in ids else exact.get(name) or patterns.match(name)
         if found is None:
             unknown.append(name)
         out.append(found or name)

@@ -7,7 +7,8 @@ Bounded by construction, for the admin read pool: the period is at most MAX_DAYS
 `key` is given); each account's records in the period are first counted (ZCOUNT, one pipeline),
 and at most READ_MAX of them are read and decoded per call (pipelined BATCH accounts per round
 trip). When the period holds more, the answer says `capped` and how many were searched: narrow
-the period, or give the key. The cursor is the last record's (time ms, request id): the next
+the period, or give the key. Records are decoded newest first only until the page is full
+(an unfiltered page reads each account's newest limit+1 alone). The cursor is the last record's (time ms, request id): the next
 page reads what is strictly older, so a record landing meanwhile is never shown twice.
 
 Records are read and decoded only through services/records.py (`account_window`), so their
@@ -16,7 +17,7 @@ stored form may change under this module.
 from __future__ import annotations
 
 from upgate.billing import jalali
-from upgate.services import periods, records
+from upgate.services import periods, phones, records
 from upgate.services.account_rules import AccountError
 from upgate.store import connection as store, keyspace
 
@@ -61,7 +62,7 @@ def _period(start: str | None, end: str | None) -> tuple[int, int]:
 def _status(value) -> int | None:
     if value in (None, ""):
         return None
-    text = str(value).strip()
+    text = phones.ascii_digits(str(value)).strip()  # Persian digits are digits
     if not (text.isascii() and text.isdigit() and 100 <= int(text) <= 599):
         raise InvalidSearch(f"status must be an HTTP status from 100 to 599, got {text[:20]!r}", "status",
                             reason="status_invalid")
@@ -93,23 +94,44 @@ def search(client, *, start: str | None = None, end: str | None = None, model: s
     counts = records.count_window(client, ids, lo, hi, BATCH)
     busy = [a for a in ids if counts.get(a)]
     total = sum(counts.values())
-    capped, budget, found, searched = total > READ_MAX, READ_MAX, [], 0
+    filtered = any(v is not None for v in (model, key, want_status, code))
+    # unfiltered, an account's newest limit+1 in the period are all a page can need
+    per_account = READ_MAX if filtered else limit + 1
+    capped = total > READ_MAX and (filtered or len(busy) * per_account > READ_MAX)
+    entries: list[tuple[int, str, bytes]] = []  # read, not decoded yet: only what a page shows is
     for i in range(0, len(busy), BATCH):
-        chunk = busy[i:i + BATCH]
-        for rec, ms in records.account_window(client, chunk, lo, hi, budget):
-            searched += 1
-            if after is not None and (ms, rec["request_id"]) >= after:
-                continue
-            if _matches(rec, model, key, want_status, code):
-                found.append((ms, rec["request_id"], rec))
-        budget = READ_MAX - searched
+        budget = READ_MAX - len(entries)
         if budget <= 0:
             break
-    found.sort(key=lambda t: (t[0], t[1]), reverse=True)
+        entries += [(ms, acct, raw) for acct, raw, ms in
+                    records.account_window_raw(client, busy[i:i + BATCH], lo, hi, min(per_account, budget))]
+    found: list[tuple[int, dict]] = []
+    for ms, rec in _newest_first(entries):
+        if after is not None and (ms, rec["request_id"]) >= after:
+            continue
+        if _matches(rec, model, key, want_status, code):
+            found.append((ms, rec))
+            if len(found) > limit:
+                break
     page = found[:limit]
-    nxt = f"{page[-1][0]}.{page[-1][1]}" if len(found) > limit else None
-    return {"data": [r for _, _, r in page], "next_cursor": nxt, "searched": searched, "capped": capped,
+    nxt = f"{page[-1][0]}.{page[-1][1]['request_id']}" if len(found) > limit else None
+    return {"data": [r for _, r in page], "next_cursor": nxt, "searched": len(entries), "capped": capped,
             "from": jalali.day_key(lo / 1000), "to": jalali.day_key((hi - 1) / 1000)}
+
+
+def _newest_first(entries: list[tuple[int, str, bytes]]):
+    """(time ms, record) newest first, decoding as it goes (records.decode: the stored form is
+    request_record's business); records of one millisecond in request id order, newest first."""
+    entries.sort(key=lambda e: e[0], reverse=True)
+    i = 0
+    while i < len(entries):
+        j = i
+        while j < len(entries) and entries[j][0] == entries[i][0]:
+            j += 1
+        group = [(ms, records.decode(acct, raw)) for ms, acct, raw in entries[i:j]]
+        group.sort(key=lambda g: g[1]["request_id"], reverse=True)
+        yield from group
+        i = j
 
 
 def _matches(rec: dict, model, key, status, code) -> bool:

@@ -20,7 +20,9 @@ def tag(account_id: str) -> str:
 
 # what follows an account's tag in each of its keys (the functions below and hot_keys use them)
 WALLET, KEY, RPM, STREAMS, HOLDS, HOLD = ":wallet", ":key:", ":rpm:", ":streams", ":holds", ":hold:"
-FREE, USAGE, REQS, OUTBOX, OUTBOX_STATE = ":free:", ":usage:", ":reqs", ":outbox", ":outbox:state"
+FREE, USAGE, REQS, OUTBOX, OUTBOX_STATE = ":free:", ":usage:", ":rq", ":outbox", ":outbox:state"
+REQS_V1 = ":reqs"  # the records' sorted set before the packed form (read until the retention empties it)
+REFUSED = ":rf"  # the refused records' list (the sorted set ":refused" before the packed form)
 
 
 def wallet(account_id: str) -> str:
@@ -86,14 +88,25 @@ def notes(account_id: str) -> str:
 
 
 def requests(account_id: str) -> str:
-    """Sorted set: the account's request records (compact JSON, no content) scored by time, ms."""
+    """List: the account's request records, oldest first, packed (upgate/billing/request_record.py;
+    no content). Read and written only through request_record / services.records / _lib.lua."""
     return tag(account_id) + REQS
 
 
+def requests_v1(account_id: str) -> str:
+    """Sorted set: records kept before the packed form (compact JSON arrays scored by time, ms)."""
+    return tag(account_id) + REQS_V1
+
+
 def refused(account_id: str) -> str:
-    """Sorted set: the account's refused-request records (a 4xx/5xx no hold recorded: code,
-    route, model, key, time; lua/keep_refused.lua), scored by time, ms, at most
-    request_record.REFUSED_MAX; filed in the same request index as `requests`."""
+    """List: the account's refused-request records (a 4xx/5xx no hold recorded: code, route,
+    model, key, time; lua/keep_refused.lua), oldest first, packed like `requests`, at most
+    request_record.REFUSED_MAX; filed in the same request index."""
+    return tag(account_id) + REFUSED
+
+
+def refused_v1(account_id: str) -> str:
+    """Sorted set: refused records kept before the packed form (JSON arrays scored by time, ms)."""
     return tag(account_id) + ":refused"
 
 
@@ -139,7 +152,7 @@ def _slot_tags() -> tuple[str, ...]:
     return tuple(tags)  # type: ignore[arg-type]
 
 
-REQ_INDEX = "reqidx:"  # + UTC day number: hash request id → "<account>|<time ms>" (one Redis)
+REQ_INDEX = "reqidx:"  # + UTC day number + ":<width>:<bucket>" / ":n" (lua/_lib.lua keep_record)
 # sorted set, one member "days": the longest UPGATE_REQUEST_LOG_DAYS any node has run with (each
 # raises it with ZADD GT when it connects), so a reader looks back as far as a record may be kept
 REQUEST_LOG_DAYS = "upgate:request_log_days"
@@ -398,3 +411,14 @@ def alert_sent(phone: str) -> str:
     """Sorted set: when each low-balance SMS of the last hour went to this phone (ms): the same
     hourly cap as sign-in codes, on a log of its own (upgate/alerts/low_balance.py)."""
     return phone_tag(phone) + ":alert_sent"
+
+
+def phone_change_code(phone: str, role: str) -> str:
+    """Hash, with a TTL of the code's life: a phone-change code sent to this phone (`role` "new"
+    or "old"), the same fields as a sign-in code (services/phone_verify.py)."""
+    return phone_tag(phone) + ":change:" + role
+
+
+def phone_change_sent(phone: str) -> str:
+    """Sorted set: when each phone-change code of the last hour was sent to this phone (ms)."""
+    return phone_tag(phone) + ":change_sent"

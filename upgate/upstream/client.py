@@ -62,7 +62,7 @@ class UpstreamCall:
 
     __slots__ = ("status", "first_byte_at", "_client", "_loop", "_chunks", "_header_lines",
                  "_headers", "_received", "_waiter", "_headers_done", "_done", "_error",
-                 "_cancelled", "_curl", "_last", "_timer", "_silence_s", "_consumer")
+                 "_cancelled", "_curl", "_last", "_timer", "_silence_s", "_consumer", "_held", "_paused")
 
     def __init__(self, client: "UpstreamClient", silence_s: float) -> None:
         self.status = 0
@@ -81,6 +81,8 @@ class UpstreamCall:
         self._curl: pycurl.Curl | None = None
         self._silence_s = silence_s
         self._consumer = None  # relay_to()
+        self._held = False  # hold(): the next chunk pauses the transfer
+        self._paused = False  # libcurl keeps that chunk until release()
         self._last = self._loop.time()
         # One timer per call, re-armed only when it fires: cheaper than moving it per chunk.
         self._timer: asyncio.TimerHandle | None = self._loop.call_later(silence_s, self._on_silence)
@@ -149,6 +151,27 @@ class UpstreamCall:
             parts.append(chunk)
         return b"".join(parts)
 
+    def hold(self) -> None:
+        """Backpressure: the consumer has enough for now. The next chunk pauses the transfer
+        (libcurl keeps it, and stops reading the provider's socket) until `release()`, so a
+        client that reads slowly leaves the provider's output in the provider's buffers, not
+        in this process. Silence is not counted while held."""
+        self._held = True
+
+    def release(self) -> None:
+        """The consumer has room again: resume a transfer `hold()` paused (its kept chunk may
+        be delivered at once, inside this call)."""
+        self._held = False
+        if not self._paused:
+            return
+        self._paused = False
+        self._last = self._loop.time()
+        if self._curl is not None and not self._done and not self._cancelled:
+            try:
+                self._curl.pause(pycurl.PAUSE_CONT)
+            except pycurl.error as e:
+                self._fail(UpstreamCut(f"the transfer could not resume: {e}"))
+
     def nudge(self) -> None:
         """Wake the consumer's task in wait() without ending the transfer."""
         self._wake()
@@ -197,6 +220,9 @@ class UpstreamCall:
     def _on_chunk(self, chunk: bytes) -> int | None:
         if self._cancelled:
             return 0  # libcurl ends the transfer (the pool removes it first where it can)
+        if self._held:
+            self._paused = True
+            return pycurl.WRITEFUNC_PAUSE  # not taken: libcurl delivers it again on release()
         self._received += len(chunk)
         if self._received > _MAX_BODY:
             self._error = UpstreamCut(f"the response passed {_MAX_BODY} bytes")
@@ -230,6 +256,8 @@ class UpstreamCall:
         self._timer = None
         if self._done or self._error is not None:
             return
+        if self._held or self._paused:  # the silence is ours (backpressure), not the provider's
+            self._last = self._loop.time()
         idle = self._loop.time() - self._last
         if idle < self._silence_s:
             self._timer = self._loop.call_later(self._silence_s - idle, self._on_silence)
