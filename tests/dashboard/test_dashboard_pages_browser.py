@@ -214,7 +214,7 @@ def test_every_page_and_state_reads_right(browser, shop, redis_url, lang, width)
         text = Path(info.value.path()).read_text(encoding="utf-8-sig")
         rows = list(csv.reader(io.StringIO(text)))
         assert rows[0] == (["روز", "زمان", "شرح", "درخواست‌ها", "توضیح", "مبلغ (تومان)"] if fa else
-                           ["Day", "Time", "What", "Requests", "Note", "Amount (toman)"]), rows[0]
+                           ["Day", "Time", "Description", "Requests", "Note", "Amount (toman)"]), rows[0]
         body = "\n".join(",".join(r) for r in rows[1:])
         assert not re.search(r"\.\d{6}\b|\d{4}-\d\d-\d\dT|Z\b", body), body  # no six decimals, no ISO times
         assert re.search(r"\b14\d\d/\d\d/\d\d\b", body) and ("پرداخت اینترنتی" if fa else "Paid online") in body
@@ -251,8 +251,6 @@ def test_sign_in_says_how_many_tries_are_left(browser, node, redis_url, lang, wi
             page.locator("form[action='/dashboard/login'] button").click()
             page.locator("#code").wait_for()
             code = sms.code_for("+98" + phone[1:])
-        sent_to = page.locator(".sent-to").inner_text()
-        assert sent_to == ("+98" + phone[1:]).translate(str.maketrans("0123456789", "۰۱۲۳۴۵۶۷۸۹") if lang == "fa" else {})
         wrong = f"{(int(code) + 1) % 10 ** 6:06d}"
         for left in (4, 3):
             page.locator("#code").fill(wrong)

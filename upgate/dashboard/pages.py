@@ -220,5 +220,5 @@ class StatementCsvHandler(Page):
                 "day": (r.get("day") or "").replace("-", "/"), "time": when[11:],
                 "kind": kinds.get(r["kind"], r["kind"]), "requests": r.get("requests", ""),
                 "note": self.note(r, refs), "amount_toman": numbers.toman(r["amount_toman"]).replace(",", "")})
-        return csv_safe.write(fields, out, headers=[_("Day"), _("Time"), _("What"), _("Requests"), _("Note"),
+        return csv_safe.write(fields, out, headers=[_("Day"), _("Time"), _("Description"), _("Requests"), _("Note"),
                                                     _("Amount (toman)")])
