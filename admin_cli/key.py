@@ -54,7 +54,8 @@ def _setting_options(f):
                      help="Comma-separated model ids this key may use (default: all)."),
         click.option("--rpm", metavar="N", help="Requests per minute, 1 to 600 (default 60)."),
         click.option("--expires", metavar="ISO8601",
-                     help="Expiry, e.g. 2027-03-20 or 2027-03-20T12:00:00+03:30 (no zone = UTC)."),
+                     help="Expiry, e.g. 2027-03-20 or 2027-03-20T12:00:00+03:30 (no zone = UTC), "
+                          "at most 10 years ahead."),
     ]):
         f = option(f)
     return f

@@ -108,3 +108,29 @@ def test_a_stored_far_date_renders_on_every_face(node, redis_url, sms, run, stor
     page = c.get("/dashboard/keys")
     r = c.post(f"/dashboard/keys/{key_id}/update", data={"_xsrf": xsrf(page.text), "expires_at": "2030-01-01"})
     assert r.status_code == 303, r.status_code
+
+
+@pytest.mark.parametrize("lang", ["fa", "en"])
+def test_every_date_formatter_takes_any_stored_value(lang):
+    """Whatever a page's formatter is asked to show (new ones too), a far or odd stored moment
+    is shown, never raised: every one-argument method of i18n.Formatter over extreme values."""
+    import inspect
+
+    from upgate import i18n
+
+    fmt = i18n.Formatter(lang)
+    odd = [*STORED, STORED[0] / 1000, -1, 1, "9999-12-31T23:59:59Z", "0001-01-01", "10000-01-01", "x", ""]
+    tried = 0
+    for name, method in inspect.getmembers(fmt, inspect.ismethod):
+        params = [p for p in inspect.signature(method).parameters.values() if p.default is p.empty]
+        if name.startswith("_") or len(params) != 1:
+            continue
+        for value in odd:
+            try:
+                method(value)
+            except (TypeError, AttributeError, ValueError) as e:  # not a date formatter: fine if it refuses plainly
+                assert "out of range" not in str(e) and "year" not in str(e), (name, value, e)
+            except OverflowError as e:
+                raise AssertionError((name, value, e)) from None
+        tried += 1
+    assert tried >= 5

@@ -52,6 +52,7 @@ class Context:
         self._tasks: list[asyncio.Task] = []
         self.webhooks = None  # the delivery engine, when UPGATE_WEBHOOK_URL and _SECRET are set
         self.signin = _signin(settings)  # the dashboard's sign-in by SMS code
+        self.signin.on_send = lambda outcome: self.metrics.count(self.metrics.sms, (outcome,))
         from upgate.alerts import low_balance
 
         # the customer's low-balance SMS, once per crossing that a settlement reports

@@ -57,6 +57,11 @@ async def drain(ctx: Context, server, grace_s: float) -> None:
         cut_deadline = time.monotonic() + 10
         while ctx.inflight and time.monotonic() < cut_deadline:
             await asyncio.sleep(0.05)
+    if ctx.signin.sending:  # sign-in codes on their way (sent in the background, ≤ 15 s each)
+        try:
+            await asyncio.wait_for(ctx.signin.drain(), max(0.5, deadline - time.monotonic()))
+        except asyncio.TimeoutError:
+            log.warning("grace period over: %d sign-in texts not sent", len(ctx.signin.sending))
     await server.close_all_connections()
     await ctx.stop()
 

@@ -132,7 +132,7 @@ def test_per_key_last_used_spent_and_sparkline_against_the_records(node, sms, ma
     from upgate.i18n import dates
     assert dates.when(newest_bot["time"], "en") in rows[made["bot"]]
     spent_bot = sum(Decimal(r["cost_toman"]) for r in kept if r["key_id"] == made["bot"])
-    assert rows[made["bot"]].count("<rect") == 2  # one day of the 30 had spending: today (column, phone copy)
+    assert rows[made["bot"]].count("<rect") == 1  # one day of the 30 had spending: today
     assert "svg" in rows[made["web"]]
     from upgate.i18n import numbers
     assert f"Cost in the last 30 days: {numbers.toman(spent_bot, 'en')} toman" in rows[made["bot"]]

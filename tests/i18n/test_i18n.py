@@ -67,3 +67,13 @@ def test_every_sentence_of_the_dashboard_and_the_console_has_its_persian():
     for english, persian in catalog.items():  # placeholders survive translation
         assert set(re.findall(r"\{\w+\}", english)) == set(re.findall(r"\{\w+\}", persian)), english
         assert sorted(re.findall(r"%\(\w+\)s", english)) == sorted(re.findall(r"%\(\w+\)s", persian)), english
+
+
+def test_the_catalogue_says_each_sentence_once():
+    """fa.csv merges by union (.gitattributes), so two branches translating one sentence leave it
+    twice, and tornado.locale silently keeps the last: each English id must stand once."""
+    with open(ROOT / "upgate" / "i18n" / "locale" / "fa.csv", encoding="utf-8") as f:
+        rows = list(csv.reader(f))
+    assert all(len(row) == 2 and row[0] and row[1] for row in rows)
+    ids = [row[0] for row in rows]
+    assert sorted(i for i in set(ids) if ids.count(i) > 1) == []

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
 
 from tests.payments.conftest import new_account, pay_settings
-from upgate.payments import orders, service
+from upgate.payments import bounds, orders, service
 from upgate.services import audit, transactions
 
 AMOUNTS = (10_000, 25_000, 50_000)
@@ -48,7 +48,11 @@ def test_paid_orders_equal_payment_topups(redis_url, r, zarinpal, ops):
         pick = (lambda i: made[i % len(made)]) if made else None
         if kind == "start":
             if not zarinpal.down:
-                made.append(service.start(client, s, accts[args[0]], str(args[1]))[0])
+                asked = len(zarinpal.calls)
+                try:
+                    made.append(service.start(client, s, accts[args[0]], str(args[1]))[0])
+                except bounds.TooManyPayments:  # 3 pending already (payments/bounds.py): nothing made or asked
+                    assert len(zarinpal.calls) == asked
         elif kind == "pay" and made and zarinpal.payments[pick(args[0])["authority"]]["state"] == "pending":
             order = pick(args[0])
             amount = None if args[1] else 10 * int(Decimal(order["amount_toman"])) + 10

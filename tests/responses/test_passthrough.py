@@ -35,14 +35,22 @@ def test_the_body_goes_as_sent_and_is_billed_by_its_usage(resp_node, redis_url, 
     assert out.output_text == FIVE and out.model == "native/resp-1" and out.usage.output_tokens == 5
     sent = last_upstream(mock)["last_body"]
     assert sent == {**{k: v for k, v in ask.items() if k != "extra_body"}, "vendor_knob": 1,
-                    "model": "mock-resp-1", "stream": stream, "store": False}
+                    "model": "mock-resp-1", "stream": stream, "store": False,
+                    "tools": [TOOL]}  # web_search left out: the provider bills it per call, no hold here does
     assert charged(redis_url, account_id, before) == 5 * PROMPT + 5 * COMPLETION
 
 
-def test_no_tool_is_dropped_for_a_provider_that_serves_them(resp_node, funded, mock):
+def test_built_in_tools_are_left_out_and_named_even_for_a_provider_that_serves_them(resp_node, funded, mock):
+    """A provider bills web_search, image_generation, code_interpreter … per call, which no hold or
+    charge of the gateway counts: a customer could use them unpaid, so they never go upstream."""
     r = httpx.post(resp_node.base + "/responses", headers={"Authorization": f"Bearer {funded[0]}"},
-                   json={"model": "native/resp-1", "input": "x", "tools": [{"type": "web_search"}]})
-    assert r.status_code == 200 and "X-Svc-Dropped-Tools" not in r.headers
+                   json={"model": "native/resp-1", "input": "x", "tool_choice": {"type": "web_search"},
+                         "tools": [{"type": "web_search"}, {"type": "image_generation"},
+                                   {"type": "namespace", "name": "ns", "tools": [TOOL, {"type": "code_interpreter"}]}]})
+    assert r.status_code == 200
+    assert r.headers["X-Svc-Dropped-Tools"] == "web_search, image_generation, code_interpreter"
+    sent = last_upstream(mock)["last_body"]
+    assert sent["tools"] == [{"type": "namespace", "name": "ns", "tools": [TOOL]}] and sent["tool_choice"] == "auto"
 
 
 @pytest.mark.parametrize("stream", [False, True])
@@ -82,3 +90,14 @@ def test_a_provider_error_is_the_spec_s(resp_node, funded, mock):
     with pytest.raises(openai.RateLimitError) as info:
         client(resp_node, funded[0]).responses.create(model="native/resp-1", input="x")
     assert info.value.code == "upstream_rate_limited"
+
+
+def test_the_dropped_tools_header_stays_small(resp_node, funded, mock):
+    """512 distinct built-in tool types are named 16 at most: a reverse proxy's header buffer
+    (4–8 KB by default) would turn a 33 KB header into its own 502."""
+    tools = [{"type": f"builtin_{i:03d}_" + "x" * 50} for i in range(512)]
+    r = httpx.post(resp_node.base + "/responses", headers={"Authorization": f"Bearer {funded[0]}"},
+                   json={"model": "native/resp-1", "input": "x", "tools": tools})
+    assert r.status_code == 200
+    shown = r.headers["X-Svc-Dropped-Tools"]
+    assert len(shown) < 1200 and shown.startswith("builtin_000_") and shown.endswith(", ...")

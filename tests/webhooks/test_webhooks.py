@@ -133,7 +133,7 @@ def test_suspension_is_delivered_signed(redis_url, receiver, engines):
     assert hmac.compare_digest(v1, hmac.new(SECRET.encode(), t.encode() + b"." + got["body"], hashlib.sha256).hexdigest())
     assert abs(int(t) - time.time()) < 30
     event = got["event"]
-    assert event["type"] == "account.suspended" and event["data"] == {"account_id": acct}
+    assert event["type"] == "account.suspended" and event["data"] == {"account_id": acct, "reason": None}
     assert event["id"].startswith("evt_") and abs(event["created"] - time.time()) < 30
     assert got["headers"]["Content-Type"] == "application/json"
     wait_for(lambda: engine.count("delivered") == 1, 5, "the delivered counter")
@@ -194,7 +194,7 @@ def test_given_up_after_the_window_then_listed_and_the_next_event_goes(redis_url
     failed = json.loads(res.stdout)["failed"]
     assert len(failed) == 1
     f = failed[0]
-    assert f["event"]["type"] == "account.suspended" and f["event"]["data"] == {"account_id": acct}
+    assert f["event"]["type"] == "account.suspended" and f["event"]["data"] == {"account_id": acct, "reason": None}
     assert f["attempts"] >= 2 and f["last_status"] == 500
     assert f["first_attempt_at"].endswith("Z") and f["last_attempt_at"] >= f["first_attempt_at"]
     res = CliRunner().invoke(cli, ["webhook", "failed", "--limit", "0"], env={"UPGATE_REDIS_URL": redis_url})

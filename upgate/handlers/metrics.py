@@ -63,8 +63,12 @@ class Metrics:
         self.cooldowns = Counter("upgate_cooldowns_total", "Models turned cold", ["model"], registry=r)
         self.payments = Counter("upgate_payments_total", "Payment verifications and their outcomes, per "
                                 "gateway: paid (credited now), already_paid, not_paid, amount_mismatch, "
-                                "unavailable, refused, expired; started (sent to the bank page)",
+                                "unavailable, refused, expired; started (sent to the bank page); "
+                                "throttled (a customer past payments/bounds.py, nothing asked)",
                                 ["gateway", "outcome"], registry=r)
+        self.sms = Counter("upgate_sms_sends_total", "Sign-in texts asked of the SMS provider by outcome: "
+                           "sent, failed; paused (refused to every phone while it is failing)",
+                           ["outcome"], registry=r)
         # livesum: the sum over the workers alive now (a dead worker's file is dropped)
         self.streams = Gauge("upgate_open_streams", "Streams open on this node", registry=r,
                              multiprocess_mode="livesum")

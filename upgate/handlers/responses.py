@@ -22,6 +22,9 @@ from upgate.upstream.dialects import RESPONSES
 _DROPPED_HEADER = "X-Svc-Dropped-Tools"
 
 
+_DROPPED_SHOWN = 16  # built-in tool names named back at most (each at most 64 characters)
+
+
 class ResponsesAPIHandler(ChatHandler):
     _chat = None  # the translated chat body
     _encoder: EventEncoder | None = None
@@ -32,14 +35,17 @@ class ResponsesAPIHandler(ChatHandler):
         return validate(self._chat, "chat")
 
     def _wire(self, provider) -> tuple[str, str]:
-        """A provider that speaks the Responses API gets the client's body (built-in tools
-        included); any other the chat translation, without the built-in tools it cannot serve,
-        which the response names (set here, on the loop, before anything is sent)."""
-        if provider.responses:
-            self.clear_header(_DROPPED_HEADER)
-            return RESPONSES, "responses"
+        """A provider that speaks the Responses API gets the client's body, any other the chat
+        translation; either way without the built-in tools, which the provider would bill per
+        call and no hold here counts (upstream/responses.py), and the response names them (set
+        here, on the loop, before anything is sent)."""
         if self._chat.dropped_tools:
-            self.set_header(_DROPPED_HEADER, ", ".join(dict.fromkeys(self._chat.dropped_tools)))
+            names = list(dict.fromkeys(self._chat.dropped_tools))
+            # at most _DROPPED_SHOWN names: a proxy's default header buffer (4–8 KB) stays whole
+            shown = ", ".join(names[:_DROPPED_SHOWN]) + (", ..." if len(names) > _DROPPED_SHOWN else "")
+            self.set_header(_DROPPED_HEADER, shown)
+        if provider.responses:
+            return RESPONSES, "responses"
         return super()._wire(provider)
 
     def _dialect(self, model) -> str:

@@ -14,23 +14,32 @@ MONTHS_EN = ("Farvardin", "Ordibehesht", "Khordad", "Tir", "Mordad", "Shahrivar"
              "Azar", "Dey", "Bahman", "Esfand")
 
 
+# What every function here can turn into Tehran time and a Jalali date (Jalali year 1 is 622;
+# Tehran is ahead of UTC): a stored moment outside it (9999-12-31, from before the expiry bound)
+# is shown as no date at all, never a 500.
+_EARLIEST = datetime(623, 1, 1, tzinfo=timezone.utc)
+_LATEST = datetime(9999, 12, 29, tzinfo=timezone.utc)
+
+
 def parse_time(value) -> datetime | None:
     """Unix seconds (int/float), unix ms (int > 1e11) or ISO 8601 UTC text → an aware
-    datetime, else None."""
+    datetime, else None (also for a moment outside the years 623-9999)."""
     if value is None or value == "":
         return None
     if isinstance(value, (int, float)):
         if not value:
             return None
         try:
-            return datetime.fromtimestamp(value / 1000 if value > 1e11 else value, timezone.utc)
-        except (OverflowError, OSError, ValueError):  # beyond year 9999: a value no face accepts
+            moment = datetime.fromtimestamp(value / 1000 if value > 1e11 else value, timezone.utc)
+        except (OverflowError, OSError, ValueError):  # beyond year 9999
             return None
-    try:
-        moment = datetime.fromisoformat(str(value).replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
+    else:
+        try:
+            moment = datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+        except ValueError:
+            return None
+        moment = moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
+    return moment if _EARLIEST <= moment <= _LATEST else None
 
 
 def jalali_text(value, seconds: bool = False) -> str:

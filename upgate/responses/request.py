@@ -16,6 +16,8 @@ store, include, metadata, prompt_cache_key, truncation, service_tier, client_met
 """
 from __future__ import annotations
 
+import re
+
 import orjson
 
 from upgate.errors import GatewayError
@@ -28,6 +30,9 @@ _IGNORED_ITEMS = frozenset(("reasoning", "web_search_call", "file_search_call", 
 _CUSTOM_PARAMETERS = {"type": "object", "properties": {"input": {"type": "string"}}, "required": ["input"],
                       "additionalProperties": False}
 _MAX_TOOLS = 512
+# A tool's `type` as the API spells them (web_search_preview, mcp, ...): only such a token is named
+# back in X-Svc-Dropped-Tools (a header takes no CR/LF and no text beyond Latin-1)
+_TOOL_TYPE = re.compile(r"^[A-Za-z][A-Za-z0-9_.\-]{0,63}$")
 
 
 class ResponsesAsChat(dict):
@@ -98,6 +103,8 @@ def _item(item, i: int, messages: list, tools: list) -> None:
     if not isinstance(item, dict):
         raise _bad(f"input[{i}] must be an object.")
     kind = item.get("type") or ("message" if "role" in item else None)
+    if kind is not None and not isinstance(kind, str):
+        raise _bad(f"input[{i}].type must be a string.")
     if kind == "message":
         role = item.get("role")
         if role not in ("user", "assistant", "system", "developer"):
@@ -187,6 +194,8 @@ def _tools(tools: list) -> tuple[list, list, list]:
         if not isinstance(t, dict):
             raise _bad(f"tools[{i}] must be an object.")
         kind, name = t.get("type"), t.get("name")
+        if not isinstance(kind, str) or not _TOOL_TYPE.match(kind):
+            raise _bad(f"tools[{i}].type must be a tool type: function, custom or a built-in tool's name.")
         if kind in ("function", "custom"):
             if not isinstance(name, str) or not name:
                 raise _bad(f"tools[{i}]: `name` is required.")
@@ -203,7 +212,7 @@ def _tools(tools: list) -> tuple[list, list, list]:
                 custom.append(name)
             functions.append({"type": "function", "function": fn})
         else:
-            dropped.append(str(kind)[:64])
+            dropped.append(kind)
     return functions, custom, dropped
 
 

@@ -231,13 +231,18 @@ class SignIn:
     signup_open: bool = False
     signup_credit_toman: str = "0"
     sending: set = field(default_factory=set)
+    on_send: object = None  # outcome ("sent", "failed", "paused") → None: the node's /metrics
 
     async def ask(self, call, phone_text: str, address: str, text_for) -> str:
         """Issue a code to the phone as typed and start its SMS; returns the canonical phone
         at once, known or not. `call` runs a sync store function in the executor;
         `text_for(code)` is the message in the page's language."""
         phone = canonical_phone(phone_text)
-        code = await call(issue, self.secret, phone, address, self.signup_open)
+        try:
+            code = await call(issue, self.secret, phone, address, self.signup_open)
+        except SmsUnavailable:
+            self._count("paused")
+            raise
         if code is not None:
             task = asyncio.get_running_loop().create_task(self._send(call, phone, code, text_for(code)))
             self.sending.add(task)
@@ -253,12 +258,17 @@ class SignIn:
             log.warning("sign-in code not sent (%s)", type(e).__name__)
         except Exception:  # noqa: BLE001 (a background task: nobody else would see it)
             log.exception("sign-in code not sent")
+        self._count("sent" if ok else "failed")
         try:
             if not ok:
                 await call(withdraw, phone)
             await call(record_send, ok)
         except Exception:  # noqa: BLE001
             log.exception("the SMS provider's health could not be recorded")
+
+    def _count(self, outcome: str) -> None:
+        if self.on_send is not None:
+            self.on_send(outcome)
 
     async def drain(self) -> None:
         """Wait for the sends under way (shutdown, tests)."""

@@ -16,13 +16,33 @@ from upgate.upstream.sse import SSEParser
 PATH = "responses"
 
 
+_BILLED_TOOLS = ("function", "custom", "namespace")  # what the hold and the charge account for
+
+
 def request_body(body: dict, upstream_model: str, stream: bool) -> dict:
     original = getattr(body, "original", None)
     out = dict(original) if isinstance(original, dict) else dict(body)
     out["model"] = upstream_model
     out["stream"] = stream
     out["store"] = False
+    if isinstance(out.get("tools"), list):
+        # built-in tools (web_search, image_generation, code_interpreter, …) are billed by the
+        # provider per call, which no hold or charge here counts: left out, as on a translated
+        # route, and named in X-Svc-Dropped-Tools (upgate/handlers/responses.py)
+        out["tools"] = [_served(t) for t in out["tools"]
+                        if isinstance(t, dict) and t.get("type") in _BILLED_TOOLS]
+        if not out["tools"]:
+            del out["tools"]
+        choice = out.get("tool_choice")
+        if isinstance(choice, dict) and choice.get("type") not in ("function", "custom", "allowed_tools"):
+            out["tool_choice"] = "auto"
     return out
+
+
+def _served(tool: dict) -> dict:
+    if tool.get("type") == "namespace" and isinstance(tool.get("tools"), list):
+        return {**tool, "tools": [t for t in tool["tools"] if isinstance(t, dict) and t.get("type") in _BILLED_TOOLS]}
+    return tool
 
 
 def chat_usage(u) -> dict | None:
@@ -39,9 +59,20 @@ def chat_usage(u) -> dict | None:
             "completion_tokens_details": {"reasoning_tokens": reasoning}}
 
 
+def _s(value) -> str:
+    """A provider's field that should be text, as text ("" for anything else): a malformed answer
+    is the provider's failure, never a TypeError in the gateway."""
+    return value if isinstance(value, str) else ""
+
+
+def _list(value) -> list:
+    return value if isinstance(value, list) else []
+
+
 def _finish(response: dict, calls: bool) -> str:
     if response.get("status") == "incomplete":
-        reason = (response.get("incomplete_details") or {}).get("reason")
+        details = response.get("incomplete_details")
+        reason = details.get("reason") if isinstance(details, dict) else None
         return "content_filter" if reason == "content_filter" else "length"
     return "tool_calls" if calls else "stop"
 
@@ -53,7 +84,7 @@ def _call(item: dict) -> dict | None:
         args = orjson.dumps({"input": item.get("input") if isinstance(item.get("input"), str) else ""}).decode()
     else:
         return None
-    return {"id": item.get("call_id") or "", "type": "function", "function": {"name": item.get("name") or "",
+    return {"id": _s(item.get("call_id")), "type": "function", "function": {"name": _s(item.get("name")),
                                                                           "arguments": args}}
 
 
@@ -63,14 +94,14 @@ def chat_answer(raw: bytes):
     if not isinstance(resp, dict) or isinstance(resp.get("error"), dict):
         return resp
     text, calls, reasoning = [], [], []
-    for item in resp.get("output") or ():
+    for item in _list(resp.get("output")):
         if not isinstance(item, dict):
             continue
         if item.get("type") == "message":
-            text += [p.get("text") or "" for p in item.get("content") or () if isinstance(p, dict)
+            text += [_s(p.get("text")) for p in _list(item.get("content")) if isinstance(p, dict)
                      and p.get("type") == "output_text"]
         elif item.get("type") == "reasoning":
-            reasoning += [p.get("text") or "" for p in item.get("summary") or () if isinstance(p, dict)]
+            reasoning += [_s(p.get("text")) for p in _list(item.get("summary")) if isinstance(p, dict)]
         elif (call := _call(item)) is not None:
             calls.append(call)
     message: dict = {"role": "assistant", "content": "".join(text) if text or not calls else None}
@@ -78,8 +109,8 @@ def chat_answer(raw: bytes):
         message["tool_calls"] = calls
     if reasoning:
         message["reasoning"] = "".join(reasoning)
-    out = {"id": resp.get("id") or "", "object": "chat.completion", "created": int(time.time()),
-           "model": resp.get("model") or "",
+    out = {"id": _s(resp.get("id")), "object": "chat.completion", "created": int(time.time()),
+           "model": _s(resp.get("model")),
            "choices": [{"index": 0, "message": message, "finish_reason": _finish(resp, bool(calls))}]}
     usage = chat_usage(resp.get("usage"))
     if usage is not None:
@@ -120,30 +151,30 @@ class StreamParser:
         kind = ev.get("type")
         if kind == "response.created":
             resp = ev.get("response") if isinstance(ev.get("response"), dict) else {}
-            self._id, self._model = resp.get("id") or "", resp.get("model") or ""
+            self._id, self._model = _s(resp.get("id")), _s(resp.get("model"))
             return [self._chunk({"role": "assistant", "content": ""})]
         if kind == "response.output_text.delta":
-            return [self._chunk({"content": ev.get("delta") or ""})]
+            return [self._chunk({"content": _s(ev.get("delta"))})]
         if kind == "response.reasoning_summary_text.delta":
-            return [self._chunk({"reasoning": ev.get("delta") or ""})]
+            return [self._chunk({"reasoning": _s(ev.get("delta"))})]
         if kind == "response.output_item.added":
             item = ev.get("item") if isinstance(ev.get("item"), dict) else {}
             if item.get("type") in ("function_call", "custom_tool_call"):
-                index = self._calls[item.get("id") or ""] = len(self._calls)
+                index = self._calls[_s(item.get("id"))] = len(self._calls)
                 if item.get("type") == "custom_tool_call":
-                    self._custom[item.get("id") or ""] = []
-                return [self._chunk({"tool_calls": [{"index": index, "id": item.get("call_id") or "", "type": "function",
-                                                     "function": {"name": item.get("name") or "", "arguments": ""}}]})]
+                    self._custom[_s(item.get("id"))] = []
+                return [self._chunk({"tool_calls": [{"index": index, "id": _s(item.get("call_id")), "type": "function",
+                                                     "function": {"name": _s(item.get("name")), "arguments": ""}}]})]
             return []
-        if kind == "response.function_call_arguments.delta" and ev.get("item_id") in self._calls:
-            return [self._chunk({"tool_calls": [{"index": self._calls[ev["item_id"]],
-                                                 "function": {"arguments": ev.get("delta") or ""}}]})]
-        if kind == "response.custom_tool_call_input.delta" and ev.get("item_id") in self._custom:
-            self._custom[ev["item_id"]].append(ev.get("delta") or "")
+        if kind == "response.function_call_arguments.delta" and _s(ev.get("item_id")) in self._calls:
+            return [self._chunk({"tool_calls": [{"index": self._calls[_s(ev.get("item_id"))],
+                                                 "function": {"arguments": _s(ev.get("delta"))}}]})]
+        if kind == "response.custom_tool_call_input.delta" and _s(ev.get("item_id")) in self._custom:
+            self._custom[_s(ev.get("item_id"))].append(_s(ev.get("delta")))
             return []
         if kind == "response.output_item.done":
             item = ev.get("item") if isinstance(ev.get("item"), dict) else {}
-            if item.get("id") in self._custom:  # a custom call's input, whole, as its one argument
+            if _s(item.get("id")) in self._custom:  # a custom call's input, whole, as its one argument
                 raw = item.get("input") if isinstance(item.get("input"), str) else "".join(self._custom[item["id"]])
                 return [self._chunk({"tool_calls": [{"index": self._calls[item["id"]], "function": {
                     "arguments": orjson.dumps({"input": raw}).decode()}}]})]

@@ -348,14 +348,14 @@ def test_every_write_is_in_the_audit_log_without_secrets(api, redis_url):
 
 
 def test_the_client_path_does_no_admin_work(api, node, redis_url):
-    """/v1 requests never reach the admin block (nor the dashboard's): their rules come after
+    """/v1 requests never reach the admin block (nor the dashboard's, /pricing included): their rules come after
     every /v1 rule, and a node that served only clients has not even made the admin pool or client."""
     from upgate.app import make_app
 
     patterns = [r.matcher.regex.pattern for r in make_app(node.ctx).wildcard_router.rules]
     first_admin = min(i for i, p in enumerate(patterns) if p.startswith("/admin/"))
     assert all(not p.startswith("/admin/") for p in patterns[:first_admin])
-    assert all(p.startswith(("/admin/", "/dashboard")) for p in patterns[first_admin:])
+    assert all(p.startswith(("/admin/", "/dashboard", "/pricing")) for p in patterns[first_admin:])
     assert max(i for i, p in enumerate(patterns) if p.startswith("/v1")) < first_admin
 
     from tests.gateway import seed
