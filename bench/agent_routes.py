@@ -3,7 +3,9 @@ route's, on one stack (bench/harness.py: redis-server, the mock provider and one
 process with UPGATE_RESPONSES=on). The same prompt, the same five-chunk answer, one connection
 per route, concurrency 1, the routes interleaved request by request so the machine's swings fall
 on all of them alike; p50 and p90 of the wall time per route, and the p50's excess over chat's.
-The mock's own time is measured too (chat straight to it), so the gateway's part shows."""
+The mock's own time is measured too (chat straight to it), so the gateway's part shows. Then
+the gateway process's CPU per request of each route (blocks of 50, the routes in turn, the
+median of the rounds): what a busy machine's wall times cannot show."""
 from __future__ import annotations
 
 import argparse
@@ -13,13 +15,13 @@ import time
 import httpx
 import orjson
 
-from bench.harness import MODEL, Stack
+from bench.harness import MODEL, Stack, cpu_seconds
 
 PROMPT = "Say something short about gateways, please."
 
 
 def _requests(key: str) -> dict:
-    auth = {"Authorization": f"Bearer {key}"}
+    auth = {"Authorization": f"Bearer {key}"}  # (each round another key: keys have an rpm)
     chat = {"model": MODEL, "messages": [{"role": "user", "content": PROMPT}], "max_tokens": 256}
     return {
         "chat": ("/v1/chat/completions", auth, chat),
@@ -33,12 +35,13 @@ def _requests(key: str) -> dict:
 
 
 def run(count: int, pin: bool) -> int:
-    with Stack(accounts=4, pin=pin, extra_env={"UPGATE_RESPONSES": "on"}) as s:
+    with Stack(accounts=200, pin=pin, extra_env={"UPGATE_RESPONSES": "on"}) as s:
         reqs = _requests(s.keys[0].key)
         clients = {name: httpx.Client(base_url=f"http://127.0.0.1:{s.gateway_port}", timeout=30) for name in reqs}
         direct = httpx.Client(base_url=f"http://127.0.0.1:{s.mock_port}", timeout=30)
         times: dict[str, list[float]] = {name: [] for name in [*reqs, "mock direct"]}
         for i in range(count + 50):  # the first 50 rounds warm up
+            reqs = _requests(s.keys[i % len(s.keys)].key)
             for name, (path, headers, body) in reqs.items():
                 t = time.perf_counter()
                 r = clients[name].post(path, headers=headers, content=orjson.dumps(body))
@@ -60,6 +63,21 @@ def run(count: int, pin: bool) -> int:
             same = base["stream" if "stream" in name else "json"]
             extra = "" if name == "mock direct" else f"{(p50 - same) * 1e6:>14.0f}"
             print(f"{name:<18} {p50 * 1000:>8.3f} {p90 * 1000:>8.3f} {extra}")
+        cpu: dict[str, list[float]] = {name: [] for name in reqs}
+        for rnd in range(max(6, count // 50)):
+            for name in reqs:
+                before = cpu_seconds(s.gateway_pid)
+                for j in range(50):
+                    path, headers, body = _requests(s.keys[(rnd * 50 + j) % len(s.keys)].key)[name]
+                    clients[name].post(path, headers=headers, content=orjson.dumps(body)).read()
+                cpu[name].append((cpu_seconds(s.gateway_pid) - before) / 50)
+        print(f"\ngateway CPU per request, median of {len(cpu['chat'])} rounds of 50 (range)")
+        for name, values in cpu.items():
+            values.sort()
+            same = statistics.median(cpu["chat stream" if "stream" in name else "chat"])
+            med = statistics.median(values)
+            print(f"{name:<18} {med * 1e6:>8.0f} µs ({values[0] * 1e6:.0f}–{values[-1] * 1e6:.0f}); "
+                  f"{med / same:.3f} × chat's")
     return 0
 
 
