@@ -73,9 +73,12 @@ def usage_cost(r, account_id: str) -> int:
 
 def snapshot(r, account_id: str, key_id: str) -> dict:
     """Everything a request may change: the wallet, the key record, its rpm window, the holds,
-    the stream slots and the free counter of today."""
+    the stream slots and the free counter of today. Not the refused records' bookkeeping on the
+    wallet (`ref_day`, `ref_gone`, lua/_lib.lua keep_record): a refusal leaves a record by design."""
+    wallet = {k: v for k, v in r.hgetall(keyspace.wallet(account_id)).items()
+              if (k.decode() if isinstance(k, bytes) else k) not in ("ref_day", "ref_gone")}
     return {
-        "wallet": r.hgetall(keyspace.wallet(account_id)),
+        "wallet": wallet,
         "key": r.hgetall(keyspace.key_record(account_id, key_id)),
         "rpm": r.zrange(keyspace.rpm(account_id, key_id), 0, -1, withscores=True),
         "holds": r.zrange(keyspace.holds(account_id), 0, -1),
