@@ -50,7 +50,9 @@ local prompt, completion, model = ARGV[3], ARGV[4], ARGV[5]
 local key_prefix, usage_prefix, usage_ttl_ms = ARGV[6], ARGV[7], ARGV[8]
 local cached = tonumber(ARGV[9]) or 0
 local outbox, outbox_state, outbox_index = KEYS[6], KEYS[7], KEYS[8]
-local account_id = ARGV[12]
+-- the events name the account by its id, which ARGV[12] no longer is (the record's packed key):
+-- read it from the wallet's name, `{a:<id>}:wallet` (upgate/store/keyspace.py tag)
+local account_id = string.match(wallet, '^{a:(.-)}')
 
 -- Each hash is read once (redis.call is the cost of a script): the hold, the key record (does
 -- it still exist — its `revoked` field always does — and its monthly limit), the wallet.
