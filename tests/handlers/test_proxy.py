@@ -310,8 +310,8 @@ def test_relay_does_not_buffer(node, mock, funded):
 
 
 def test_a_client_that_reads_late_gets_every_event_in_order_and_pays_once(node, mock, redis_url, funded):
-    """The provider sends all of a long stream while the client reads nothing: what the
-    client's socket cannot take waits in the gateway, and leaves in order once it reads."""
+    """The provider has a long stream while the client reads nothing for seconds: what the
+    client cannot take yet waits (upstream, paused by backpressure), and leaves in order once it reads."""
     key, account_id, _ = funded
     n = 40_000  # ~7 MB of events: more than the loopback socket buffers hold
     before = wallet(redis_url, account_id)["balance"]
@@ -324,11 +324,11 @@ def test_a_client_that_reads_late_gets_every_event_in_order_and_pays_once(node, 
             "stream_options": {"include_usage": True}, "mock": {"chunks": n}}
     conn.request("POST", "/v1/chat/completions", body=orjson.dumps(body),
                  headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"})
-    deadline = time.time() + 20
-    while mock_stats(mock)["active"] and time.time() < deadline:  # the provider is done...
-        time.sleep(0.05)
-    assert mock_stats(mock)["active"] == 0
-    resp = conn.getresponse()  # ...and only now does the client read
+    # the client reads nothing for a while: the gateway stops taking the provider's events once
+    # a little is waiting (backpressure, tests/handlers/test_stream_relay.py measures how little),
+    # so the provider may or may not be done by now; nothing is lost either way
+    time.sleep(3)
+    resp = conn.getresponse()  # only now does the client read
     assert resp.status == 200
     events = [orjson.loads(e[6:]) for e in resp.read().split(b"\n\n") if e.startswith(b"data: {")]
     text = "".join(c["choices"][0]["delta"].get("content", "") for c in events if c["choices"])

@@ -37,7 +37,7 @@ def test_models_page_and_overview_show_route_health(routed, browser, width, lang
     c.page.goto("/admin/")
     cold = c.page.locator("section", has=c.page.get_by_role("heading", name=t["cold_models"]))
     text = cold.inner_text()
-    assert "mock/r-pair" in text and t["via"] in text and "two · m" in text
+    assert "mock/r-pair" in text and t["via"] in text and "two / m" in text
     c.shoot(f"routes-overview-{lang}")
     cold.screenshot(path=str(SHOTS / f"routes-cold-{lang}-{width}.png"))
     assert not c.errors, c.errors
