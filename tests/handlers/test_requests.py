@@ -2,7 +2,8 @@ import orjson
 import pytest
 
 from upgate.errors import GatewayError
-from upgate.handlers.requests import parse_json, validate, wants_web_search
+from upgate.billing.sizing import wants_web_search
+from upgate.handlers.requests import parse_json, validate
 
 CHAT = {"model": "a/b", "messages": [{"role": "user", "content": "hi"}]}
 

@@ -23,7 +23,7 @@ from upgate.http.request import header
 from upgate.billing.ledger import Rejected, SettlementNotRecorded
 from upgate.billing.output_count import as_ours, chars_output, estimate_tokens, tokens_or
 from upgate.billing.refusals import LARGE_BODY
-from upgate.handlers.requests import parse_json, validate, wants_web_search
+from upgate.handlers.requests import parse_json, validate
 from upgate.upstream.client import UpstreamCut, UpstreamTimeout, UpstreamUnreachable
 from upgate.upstream.dialects import decode_answer, prepare_body, request_headers
 from upgate.upstream.errors import body_error_message, map_error
@@ -276,7 +276,7 @@ class ProxyHandler(Failover, StreamRelay, BaseHandler):
         self._billed = True
         self.billing = "settled"
         cached, write = sizing.cache_tokens(usage)
-        self.cost_micro = sizing.cost_micro(model, prompt, completion, wants_web_search(body, model.id),
+        self.cost_micro = sizing.cost_micro(model, prompt, completion, sizing.wants_web_search(body, model.id),
                                             cached, write)
         provider = self.ctx.providers.get(model.provider)
         # a model of several routes is billed at its catalog prices, whichever route answered

@@ -184,7 +184,3 @@ def _check_shapes(body: dict, route: str) -> None:
             raise _bad(f"`{name}` must be {'an object' if kind is dict else 'a list'}.")
 
 
-def wants_web_search(body: dict, model_id: str) -> bool:
-    if model_id.endswith(":online") or body.get("web_search_options") is not None:
-        return True
-    return any(p.get("id") == "web" for p in body.get("plugins") or ())
