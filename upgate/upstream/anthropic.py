@@ -17,7 +17,7 @@ import time
 import orjson
 
 from upgate.messages.answer import tool_input
-from upgate.upstream.sse import SSEParser
+from upgate.upstream.sse import JSONEventsToChunks
 
 VERSION = "2023-06-01"  # the anthropic-version header sent upstream
 DEFAULT_MAX_TOKENS = 4096  # the Messages API requires max_tokens; the spec's default hold
@@ -190,29 +190,17 @@ def _finish(d: dict) -> dict:
     return out
 
 
-class StreamParser:
+class StreamParser(JSONEventsToChunks):
     """Feed a Messages SSE stream's bytes; get chat-chunk payloads (JSON bytes), `[DONE]` at
     message_stop. The usage chunk (no choices) follows the chunk that finishes the choice, as
     an OpenAI stream's does; an `error` event becomes an error payload (a mid-stream failure)."""
 
     def __init__(self) -> None:
-        self._sse = SSEParser()
+        super().__init__()
         self._id, self._model = "", ""
         self._usage: dict = {}
         self._tools = 0
         self.start_usage: dict | None = None  # message_start's usage: the provider's real input count
-
-    def feed(self, data: bytes) -> list[bytes]:
-        out = []
-        for payload in self._sse.feed(data):
-            try:
-                ev = orjson.loads(payload)
-            except orjson.JSONDecodeError:
-                out.append(payload)  # the relay treats it as malformed
-                continue
-            if isinstance(ev, dict):
-                out.extend(self._event(ev))
-        return out
 
     def _chunk(self, delta: dict | None, finish: dict | None = None, usage: dict | None = None) -> bytes:
         obj = {"id": self._id, "object": "chat.completion.chunk", "created": int(time.time()),

@@ -11,7 +11,7 @@ import time
 
 import orjson
 
-from upgate.upstream.sse import SSEParser
+from upgate.upstream.sse import JSONEventsToChunks
 
 PATH = "responses"
 
@@ -118,27 +118,15 @@ def chat_answer(raw: bytes):
     return out
 
 
-class StreamParser:
+class StreamParser(JSONEventsToChunks):
     """Feed a Responses SSE stream's bytes; get chat-chunk payloads, `[DONE]` after the
     response's last event (completed, incomplete or failed)."""
 
     def __init__(self) -> None:
-        self._sse = SSEParser()
+        super().__init__()
         self._id, self._model = "", ""
         self._calls: dict[str, int] = {}  # item id → chat tool call index
         self._custom: dict[str, list[str]] = {}  # a custom tool call's input, by item id
-
-    def feed(self, data: bytes) -> list[bytes]:
-        out = []
-        for payload in self._sse.feed(data):
-            try:
-                ev = orjson.loads(payload)
-            except orjson.JSONDecodeError:
-                out.append(payload)  # the relay treats it as malformed
-                continue
-            if isinstance(ev, dict):
-                out.extend(self._event(ev))
-        return out
 
     def _chunk(self, delta: dict | None, finish: str | None = None, usage: dict | None = None) -> bytes:
         obj = {"id": self._id, "object": "chat.completion.chunk", "created": int(time.time()), "model": self._model,

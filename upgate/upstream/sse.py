@@ -6,6 +6,7 @@ are joined with "\\n"); comments, `event:`, `id:` and `retry:` are dropped. We n
 `id:` or `retry:` ourselves: the openai client would then turn the next keep-alive
 comment into an empty event and fail to parse it.
 """
+import orjson
 
 DONE = b"data: [DONE]\n\n"
 KEEPALIVE = b": keep-alive\n\n"
@@ -88,3 +89,27 @@ class SSEParser:
                 data.append(b"")
             # comments (":…") and every other field are ignored
         return events
+
+
+class JSONEventsToChunks:
+    """A provider's own stream (JSON events over SSE) → chat-completions chunks: `_event(ev)`
+    turns each event object into the chunks it means; a payload that is not JSON is passed on
+    as it is, for the relay to treat as malformed. Subclasses call `__init__` and define `_event`."""
+
+    def __init__(self) -> None:
+        self._sse = SSEParser()
+
+    def _event(self, ev: dict) -> list[bytes]:
+        raise NotImplementedError
+
+    def feed(self, data: bytes) -> list[bytes]:
+        out = []
+        for payload in self._sse.feed(data):
+            try:
+                ev = orjson.loads(payload)
+            except orjson.JSONDecodeError:
+                out.append(payload)  # the relay treats it as malformed
+                continue
+            if isinstance(ev, dict):
+                out.extend(self._event(ev))
+        return out
