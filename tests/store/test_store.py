@@ -104,13 +104,20 @@ def test_async_client_packs_commands_in_c_and_they_work(redis_url):
     assert issubclass(tls.connection_pool.connection_class, __import__("redis").asyncio.SSLConnection)
 
 
-def test_a_burst_past_the_pool_waits_for_a_connection_instead_of_failing(redis_url):
+def test_a_burst_past_the_pool_waits_for_a_connection_instead_of_failing():
     """Thousands of streams opening at once send more commands than the pool has connections:
-    they queue for one (bounded) rather than fail with MaxConnectionsError (a 503)."""
+    they queue for one (bounded) rather than fail with MaxConnectionsError (a 503). On a server of
+    its own whose accept queue takes the whole pool at once (a production Redis is set so, see
+    docs/redis.md): the suite's shared server, busy with other workers, would drop SYNs past its
+    default 511 and turn this test into one about connect timeouts."""
     import asyncio
 
+    from tests.procs import RedisServer
+
+    server = RedisServer(extra=["--tcp-backlog", "2048", "--maxclients", "4096"]).start()
+
     async def burst():
-        client = store.connect_async(redis_url)
+        client = store.connect_async(server.url)
         pool = client.connection_pool
         try:
             got = await asyncio.gather(*(client.incr("burst") for _ in range(pool.max_connections + 300)))
@@ -118,7 +125,10 @@ def test_a_burst_past_the_pool_waits_for_a_connection_instead_of_failing(redis_u
         finally:
             await client.aclose()
 
-    got, opened, cap = asyncio.run(burst())
+    try:
+        got, opened, cap = asyncio.run(burst())
+    finally:
+        server.stop()
     assert sorted(got) == list(range(1, cap + 301)) and opened <= cap
 
 
