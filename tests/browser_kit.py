@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,31 @@ def need_browser():
     """Playwright's sync API, or skip the calling module."""
     if not os.path.exists(CHROMIUM):
         pytest.skip("no chromium executable (apt-get install chromium)", allow_module_level=True)
-    return pytest.importorskip("playwright.sync_api")
+    sync_api = pytest.importorskip("playwright.sync_api")
+    _screenshots_retry(sync_api)
+    return sync_api
+
+
+def _screenshots_retry(sync_api) -> None:
+    """A screenshot is taken again once when Chromium answers "Unable to capture screenshot": with
+    four workers' browsers rastering tall pages at once, the compositor now and then misses a
+    frame. It is the picture that failed, never the page: every assertion still runs on the page."""
+    for cls in (sync_api.Page, sync_api.Locator):
+        if getattr(cls.screenshot, "_retries", False):
+            continue
+        first = cls.screenshot
+
+        def screenshot(self, *args, _first=first, **kw):
+            try:
+                return _first(self, *args, **kw)
+            except sync_api.Error as e:
+                if "Unable to capture screenshot" not in str(e):
+                    raise
+                time.sleep(0.5)
+                return _first(self, *args, **kw)
+
+        screenshot._retries = True
+        cls.screenshot = screenshot
 
 
 @pytest.fixture(scope="module")
