@@ -1,7 +1,7 @@
 """How the suite runs in parallel (pytest-xdist; see docs/testing.md, "Running in parallel").
 
 - How many workers: twice the cores for the whole suite or a folder (most tests wait on
-  sockets, servers and subprocesses, so two per core keep both cores busy), less what the
+  sockets, servers and subprocesses, one per core: two finished sooner but starved browsers and timers into flakes), less what the
   machine is already busy with (a developer's machine shared with other runs), and none when
   that leaves fewer than two or when the command names files or tests, where starting
   workers would cost more than it saves.
@@ -28,7 +28,7 @@ import time
 
 import pytest
 
-WORKERS_PER_CORE = 2
+WORKERS_PER_CORE = 1  # two a core finished sooner but starved browsers and timers into flakes
 MAX_WORKERS = 8
 
 

@@ -24,6 +24,7 @@ import urllib.parse
 from pathlib import Path
 
 import orjson
+from tornado.iostream import StreamClosedError
 import tornado.web
 from tornado import httputil
 
@@ -110,7 +111,10 @@ class ConsoleHandler(BodyGuard, tornado.web.RequestHandler):
         month of 5,000 top-ups, a catalog of 10,000 models: 0.2-0.3 s of Python to render),
         which must not hold the event loop. The handler is idle meanwhile, so it is not shared."""
         html = await self.ctx.admin.read(lambda _client: self.render_string(template_name, **kwargs))
-        await self.finish(html)
+        try:
+            await self.finish(html)
+        except StreamClosedError:  # the browser left meanwhile (a double click's first navigation)
+            pass
 
     def get_template_path(self) -> str:
         return TEMPLATES
