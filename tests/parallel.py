@@ -1,7 +1,7 @@
 """How the suite runs in parallel (pytest-xdist; see docs/testing.md, "Running in parallel").
 
-- How many workers: twice the cores for the whole suite or a folder (most tests wait on
-  sockets, servers and subprocesses, one per core: two finished sooner but starved browsers and timers into flakes), less what the
+- How many workers: one per core for the whole suite or a folder (two per core finished
+  sooner but starved browsers and timers into flakes), less what the
   machine is already busy with (a developer's machine shared with other runs), and none when
   that leaves fewer than two or when the command names files or tests, where starting
   workers would cost more than it saves.
